@@ -1,0 +1,77 @@
+# ortserve — see README.md. The two commands: `make run` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CACHE        ?= $(or $(ORTSERVE_CACHE),$(HOME)/.cache/ortserve)
+GO           ?= go
+
+ORT_VERSION  := 1.29.0
+ORT_DIR      := $(CACHE)/ort/$(ORT_VERSION)
+ORT_LIB      := $(ORT_DIR)/libonnxruntime.so.1
+
+TOK_VERSION  := 1.24.0
+TOK_KEY      := $(shell cat scripts/tokenizers/Cargo.toml scripts/tokenizers/Cargo.lock 2>/dev/null | sha256sum | cut -c1-12)
+TOK_DIR      := $(CACHE)/tokenizers/$(TOK_VERSION)-$(TOK_KEY)
+
+VENV_KEY     := $(shell sha256sum scripts/models/requirements.txt 2>/dev/null | cut -c1-12)
+VENV         := $(CACHE)/venv/$(VENV_KEY)
+DATA_DIR     := $(CACHE)/data/polarity
+MODELS_KEY   := $(shell cat scripts/models/requirements.txt scripts/models/*.py scripts/build-models.sh 2>/dev/null | sha256sum | cut -c1-12)
+MODELS_DIR   := $(CACHE)/models/$(MODELS_KEY)
+
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+BIN          := bin/server
+export CGO_ENABLED := 1
+export CGO_LDFLAGS := -L$(TOK_DIR)
+GOFLAGS_BUILD := -trimpath -ldflags "-X main.version=$(VERSION)"
+# What the integration tests and `make run` read.
+RUN_ENV      := ORTSERVE_ORT_LIB=$(ORT_LIB) ORTSERVE_MODELS=$(MODELS_DIR) ORTSERVE_DATA=$(DATA_DIR)
+ADDR         ?= 127.0.0.1:8080
+
+.PHONY: all deps ort tokenizers venv data models golden build run test unit lint bench clean help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
+
+deps: ort tokenizers ## fetch ONNX Runtime and build the tokenizer library into the cache
+
+ort: ## fetch the ONNX Runtime $(ORT_VERSION) C library from npm
+	@scripts/fetch-ort.sh $(ORT_DIR)
+
+tokenizers: ## build libtokenizers.a for daulet/tokenizers v$(TOK_VERSION) with cargo
+	@scripts/build-tokenizers.sh $(TOK_DIR)
+
+venv: ## the Python environment that builds models
+	@scripts/venv.sh $(VENV)
+
+data: ## the Pang & Lee sentence polarity data and its fixed splits
+	@scripts/fetch-data.sh $(DATA_DIR)
+
+models: venv data ## export, train and quantize the default models into the cache
+	@scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
+
+golden: models ## regenerate testdata/golden from the Python reference stack
+	@scripts/golden.sh $(VENV) $(MODELS_DIR)
+
+build: tokenizers ## build bin/server
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/server
+
+run: deps models build ## serve the default models on $(ADDR)
+	$(RUN_ENV) ./$(BIN) serve --addr $(ADDR)
+
+test: deps models ## the full suite: vet, unit and integration tests with real ORT, tokenizer and models
+	$(GO) vet ./...
+	$(RUN_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+
+unit: ## only the tests that need no native library or model
+	$(GO) test -race -count=1 ./server ./models ./runtime ./tokenize ./bench
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: run gofmt -w'; exit 1; }
+	$(GO) vet ./...
+
+bench: deps models ## Go benchmarks of the hot paths (see docs/performance.md)
+	$(RUN_ENV) $(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
+
+clean: ## remove build outputs (the cache stays; rm -rf $(CACHE) to drop it)
+	rm -rf bin bench.txt

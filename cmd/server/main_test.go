@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
+)
+
+// The end-to-end tests run the real server: real ONNX Runtime, tokenizer and models, which
+// `make test` provides through the environment. Start-up failures run the test binary
+// itself as the server in a child process (one ONNX Runtime environment per process).
+func TestMain(m *testing.M) {
+	if os.Getenv("ORTSERVE_TEST_EXEC") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if os.Getenv("ORTSERVE_ORT_LIB") == "" || os.Getenv("ORTSERVE_MODELS") == "" {
+		fmt.Fprintln(os.Stderr, "cmd/server: ORTSERVE_ORT_LIB and ORTSERVE_MODELS are not set: run these tests with `make test`")
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func TestUsage(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: server <command>"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"bench"}, 2, "server bench is not implemented yet"},
+		{[]string{"gate"}, 2, "server gate is not implemented yet"},
+		{[]string{"inspect"}, 2, "server inspect is not implemented yet"},
+		{[]string{"serve", "--device", "tpu"}, 2, `unknown device "tpu"`},
+		{[]string{"serve", "--max-batch", "0"}, 2, "--max-batch"},
+		{[]string{"serve", "extra"}, 2, "unexpected arguments"},
+		{[]string{"version"}, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(tt.args, &out, &errb); code != tt.code || !strings.Contains(errb.String(), tt.want) {
+				t.Errorf("exit %d, stderr %q; want %d containing %q", code, errb.String(), tt.code, tt.want)
+			}
+		})
+	}
+}
+
+// serveChild runs `server serve args...` in a child process until it exits or until a line
+// of stderr contains until; it returns the exit code (-1 if stopped) and stderr.
+func serveChild(t *testing.T, until string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if until != "" && strings.Contains(sc.Text(), until) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return -1, log.String()
+		}
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), log.String()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, log.String()
+}
+
+// lastLine is the final line of a log: where a failed start-up says why.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestDeviceSelection(t *testing.T) {
+	code, log := serveChild(t, "", "--device", "cuda")
+	if code != 1 || !strings.HasPrefix(lastLine(log), "server: --device cuda: ort: CUDA execution provider unavailable") {
+		t.Errorf("--device cuda without a GPU: exit %d, last line %q", code, lastLine(log))
+	}
+	code, log = serveChild(t, "msg=serving", "--device", "auto")
+	if code != -1 || !strings.Contains(log, "CUDA unavailable, serving on CPU") || !strings.Contains(log, "provider=CPUExecutionProvider") {
+		t.Errorf("--device auto: exit %d, log:\n%s", code, log)
+	}
+}
+
+// A broken model repository stops start-up with one clear line and exit code 1.
+func TestStartupFailures(t *testing.T) {
+	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
+	cfg, err := os.ReadFile(filepath.Join(src, "model.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join(src, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tokenizer that does not match the model: the same one with every id moved past the
+	// end of the model's vocabulary.
+	var doc map[string]any
+	if err := json.Unmarshal(tok, &doc); err != nil {
+		t.Fatal(err)
+	}
+	vocab := doc["model"].(map[string]any)["vocab"].(map[string]any)
+	for k, v := range vocab {
+		vocab[k] = v.(float64) + 100000
+	}
+	for _, at := range doc["added_tokens"].([]any) {
+		at.(map[string]any)["id"] = at.(map[string]any)["id"].(float64) + 100000
+	}
+	badTok, _ := json.Marshal(doc)
+	badTok = bytes.ReplaceAll(badTok, []byte(`"ids":[101]`), []byte(`"ids":[100101]`))
+	badTok = bytes.ReplaceAll(badTok, []byte(`"ids":[102]`), []byte(`"ids":[100102]`))
+
+	pixels := onnxtest.Identity([]onnxtest.Value{{Name: "pixel_values", ElemType: onnxtest.Float, Dims: []int64{-1, 3}}}, []string{"last_hidden_state"})
+	fp32 := filepath.Join(src, "fp32.onnx")
+
+	tests := []struct {
+		name  string
+		files map[string][]byte // written into a one-model repository; nil means link the real fp32
+		want  string
+	}{
+		{"missing model file", map[string][]byte{"tokenizer.json": tok}, "models: minilm/fp32: ort: model file"},
+		{"tokenizer does not match", map[string][]byte{"tokenizer.json": badTok, "fp32.onnx": nil}, "does the tokenizer match the model?"},
+		{"unexpected inputs", map[string][]byte{"tokenizer.json": tok, "fp32.onnx": pixels}, `has unexpected input "pixel_values"`},
+		{"not a model", map[string][]byte{"tokenizer.json": tok, "fp32.onnx": []byte("garbage")}, "models: minilm/fp32: ort: loading"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, "minilm")
+			os.Mkdir(dir, 0o755)
+			// Only fp32 is declared, so the test is about exactly one file.
+			yaml := string(cfg)
+			if i := strings.Index(yaml, "versions:"); i >= 0 {
+				yaml = yaml[:i] + "versions:\n  fp32: {file: fp32.onnx}\n"
+			}
+			os.WriteFile(filepath.Join(dir, "model.yaml"), []byte(yaml), 0o644)
+			for name, data := range tt.files {
+				if data == nil {
+					if err := os.Symlink(fp32, filepath.Join(dir, name)); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				os.WriteFile(filepath.Join(dir, name), data, 0o644)
+			}
+			code, log := serveChild(t, "msg=serving", "--models", root, "--device", "cpu")
+			last := lastLine(log)
+			if code != 1 || !strings.HasPrefix(last, "server: ") || !strings.Contains(last, tt.want) {
+				t.Errorf("exit %d, last line %q, want exit 1 and a line containing %q", code, last, tt.want)
+			}
+		})
+	}
+	code, log := serveChild(t, "", "--ort-lib", "/nonexistent/libonnxruntime.so")
+	if code != 1 || !strings.Contains(lastLine(log), "run `make deps`") {
+		t.Errorf("missing ORT library: exit %d, %q", code, lastLine(log))
+	}
+}
+
+// startServer runs `server serve` in this process on a free port and stops it when the
+// test ends; it returns the base URL.
+func startServer(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, append([]string{"--addr", "127.0.0.1:0", "--device", "cpu"}, args...), pw)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("server did not start: %v", <-done)
+	}
+	go io.Copy(io.Discard, pr)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	})
+	return strings.TrimSpace(line[strings.Index(line, "http://"):])
+}
+
+func postJSON(t *testing.T, url string, body any, out any) *http.Response {
+	t.Helper()
+	data, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode == 200 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+	}
+	if resp.StatusCode != 200 {
+		t.Logf("%s → %d %s", url, resp.StatusCode, raw)
+	}
+	return resp
+}
+
+func cosine(a, b []float32) float64 {
+	var dot, na, nb float64
+	for i := range a {
+		dot += float64(a[i]) * float64(b[i])
+		na += float64(a[i]) * float64(a[i])
+		nb += float64(b[i]) * float64(b[i])
+	}
+	return dot / math.Sqrt(na*nb)
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/server"
+	"github.com/ortserve/ortserve/tokenize"
+	"github.com/ortserve/ortserve/tokenize/hf"
+)
+
+// serveConfig is everything `server serve` takes. Each flag's default comes from its
+// environment variable when that is set.
+type serveConfig struct {
+	Addr     string
+	Models   string
+	ORTLib   string
+	Device   string
+	DeviceID int
+	Sessions int // per model version; 0: one per core on CPU, 1 on CUDA
+	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
+	MaxBatch int // most rows one run takes
+	Grace    time.Duration
+	Strict   bool
+	HTTP     server.Config
+}
+
+// cacheDir is where `make` puts native libraries and models.
+func cacheDir() string {
+	if d := os.Getenv("ORTSERVE_CACHE"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".cache/ortserve"
+	}
+	return filepath.Join(home, ".cache", "ortserve")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
+}
+
+func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
+	c := serveConfig{HTTP: server.DefaultConfig()}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cache := cacheDir()
+	fs.StringVar(&c.Addr, "addr", envOr("ORTSERVE_ADDR", "127.0.0.1:8080"), "listen address (ORTSERVE_ADDR)")
+	fs.StringVar(&c.Models, "models", envOr("ORTSERVE_MODELS", filepath.Join(cache, "models", "current")), "model repository: a folder of model folders (ORTSERVE_MODELS)")
+	fs.StringVar(&c.ORTLib, "ort-lib", envOr("ORTSERVE_ORT_LIB", filepath.Join(cache, "ort", "1.29.0", "libonnxruntime.so.1")), "ONNX Runtime shared library (ORTSERVE_ORT_LIB)")
+	fs.StringVar(&c.Device, "device", envOr("ORTSERVE_DEVICE", "auto"), "auto, cuda or cpu (ORTSERVE_DEVICE)")
+	fs.IntVar(&c.DeviceID, "device-id", envInt("ORTSERVE_DEVICE_ID", 0), "CUDA device (ORTSERVE_DEVICE_ID)")
+	fs.IntVar(&c.Sessions, "sessions", envInt("ORTSERVE_SESSIONS", 0), "sessions per model version; 0: one per core on CPU, 1 on CUDA (ORTSERVE_SESSIONS)")
+	fs.IntVar(&c.Threads, "threads", envInt("ORTSERVE_THREADS", 0), "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA (ORTSERVE_THREADS)")
+	fs.IntVar(&c.MaxBatch, "max-batch", envInt("ORTSERVE_MAX_BATCH", 32), "most texts one inference run takes (ORTSERVE_MAX_BATCH)")
+	fs.DurationVar(&c.Grace, "grace", 30*time.Second, "how long shutdown waits for requests in flight")
+	fs.BoolVar(&c.Strict, "strict-placement", false, "fail to load a CUDA version if any node would fall back to CPU")
+	fs.IntVar(&c.HTTP.MaxInputs, "max-inputs", c.HTTP.MaxInputs, "most texts in one request")
+	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest request body")
+	fs.BoolVar(&c.HTTP.AutoTruncate, "auto-truncate", c.HTTP.AutoTruncate, "cut inputs over a model's max length unless a request says \"truncate\": false")
+	if err := fs.Parse(args); err != nil {
+		return c, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %v (%w)", fs.Args(), errUsage)
+	}
+	if _, err := ort.ParseDevice(c.Device); err != nil {
+		return c, fmt.Errorf("%v (%w)", err, errUsage)
+	}
+	if c.Sessions < 0 || c.Threads < 0 || c.MaxBatch < 1 || c.HTTP.MaxInputs < 1 || c.HTTP.MaxBodyBytes < 1 {
+		return c, fmt.Errorf("--sessions and --threads must be ≥ 0; --max-batch, --max-inputs and --max-body-bytes ≥ 1 (%w)", errUsage)
+	}
+	return c, nil
+}
+
+func runServe(ctx context.Context, args []string, stdout io.Writer) error {
+	c, err := parseServe(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	env, err := ort.Open(c.ORTLib)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	device, _ := ort.ParseDevice(c.Device)
+	provider, why, err := env.Resolve(device, c.DeviceID)
+	if err != nil {
+		return fmt.Errorf("--device %s: %w: run with --device auto or cpu, or check the GPU and CUDA 13 / cuDNN 9 libraries", c.Device, err)
+	}
+	if why != "" {
+		log.Warn("CUDA unavailable, serving on CPU", "reason", why)
+	}
+	b := newBackend(env, c, provider)
+	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
+
+	repo, err := models.OpenRepository(c.Models, b, log)
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+
+	reg := prometheus.NewRegistry()
+	metrics := server.NewMetrics(reg)
+	c.HTTP.Info = server.Info{Version: version, ORTVersion: env.Version(), Device: c.Device, Provider: string(provider), FallbackReason: why}
+	c.HTTP.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	srv := server.New(c.HTTP, server.FromModels(repo), log)
+	metrics.SetProviders(string(provider), server.FromModels(repo).Describe())
+
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w: pick another --addr", c.Addr, err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	srv.SetReady(true)
+	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models)
+	fmt.Fprintf(stdout, "ortserve %s listening on http://%s\n", version, ln.Addr())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	// Shutdown order: not ready, stop accepting and finish requests in flight (with a fresh
+	// context: ctx is already cancelled), then the deferred closes of models and the
+	// environment, in that order.
+	srv.SetReady(false)
+	log.Info("shutting down", "grace", c.Grace)
+	sctx, cancel := context.WithTimeout(context.Background(), c.Grace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// backend loads tokenizers and ONNX Runtime sessions for the model repository.
+type backend struct {
+	env      *ort.Env
+	opts     ort.Options
+	sessions int
+	threads  int
+	maxBatch int
+}
+
+func newBackend(env *ort.Env, c serveConfig, p ort.Provider) *backend {
+	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, maxBatch: c.MaxBatch}
+	if p == ort.ProviderCPU {
+		// Measured on a 2-core machine: several single-thread sessions beat one session with
+		// many threads, and a multi-thread session shared by goroutines oversubscribes.
+		if b.threads == 0 {
+			b.threads = 1
+		}
+		if b.sessions == 0 {
+			b.sessions = max(1, goruntime.NumCPU()/b.threads)
+		}
+	} else if b.sessions == 0 {
+		b.sessions = 1
+	}
+	b.opts = ort.Options{Provider: p, DeviceID: c.DeviceID, IntraOpThreads: b.threads, InterOpThreads: 1, Strict: c.Strict}
+	return b
+}
+
+func (b *backend) Device() string {
+	if b.opts.Provider == ort.ProviderCUDA {
+		return "cuda"
+	}
+	return "cpu"
+}
+
+func (b *backend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error) {
+	return hf.Load(path, maxLen)
+}
+
+func (b *backend) Executor(path, output string) (models.Executor, error) {
+	o := b.opts
+	o.Output = output
+	sessions := make([]runtime.Session, 0, b.sessions)
+	for range b.sessions {
+		s, err := b.env.NewSession(path, o)
+		if err != nil {
+			for _, s := range sessions {
+				s.Close()
+			}
+			return nil, err
+		}
+		sessions = append(sessions, s)
+	}
+	pool := runtime.NewPool(sessions)
+	return directExecutor{Direct: runtime.Direct{Runner: pool, MaxBatch: b.maxBatch}, pool: pool}, nil
+}
+
+// directExecutor runs each request on the pool without batching across requests.
+type directExecutor struct {
+	runtime.Direct
+	pool *runtime.Pool
+}
+
+func (d directExecutor) Close() error { return d.pool.Close() }

@@ -1,0 +1,145 @@
+// Package models is the model repository on disk (one folder per model, a model.yaml, one
+// ONNX file per version) and the pipelines that turn texts into answers: embed (pooling,
+// L2 normalization) and classify (softmax, labels). It knows nothing of HTTP or of ONNX
+// Runtime: sessions come from a Backend, token ids from a tokenize.Tokenizer.
+package models
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ConfigFile is the name of a model's config inside its folder.
+const ConfigFile = "model.yaml"
+
+// Task is what a model does.
+type Task string
+
+// Tasks.
+const (
+	TaskEmbed    Task = "embed"
+	TaskClassify Task = "classify"
+)
+
+// Pooling turns per-token vectors into one vector per text.
+type Pooling string
+
+// Poolings.
+const (
+	PoolingMean Pooling = "mean" // mean over real tokens (attention mask), as sentence-transformers
+	PoolingCLS  Pooling = "cls"  // the first token's vector
+)
+
+// Config is a model's model.yaml.
+type Config struct {
+	Name      string `yaml:"name"`
+	Task      Task   `yaml:"task"`
+	Tokenizer string `yaml:"tokenizer"`  // tokenizer.json, relative to the model folder
+	MaxLength int    `yaml:"max_length"` // tokens, special tokens included
+	// Output is the graph output the pipeline reads: [batch, seq, hidden] hidden states for
+	// embed, [batch, classes] logits for classify.
+	Output    string   `yaml:"output"`
+	Pooling   Pooling  `yaml:"pooling,omitempty"`   // embed only
+	Normalize bool     `yaml:"normalize,omitempty"` // embed only: L2-normalize by default
+	Labels    []string `yaml:"labels,omitempty"`    // classify only, in logit order
+
+	DefaultVersion string                   `yaml:"default_version"`
+	Versions       map[string]VersionConfig `yaml:"versions"`
+}
+
+// VersionConfig is one variant of a model, e.g. fp32, int8, fp16.
+type VersionConfig struct {
+	File string `yaml:"file"` // relative to the model folder
+	// Devices the version may run on ("cpu", "cuda"); empty means any.
+	Devices []string `yaml:"devices,omitempty"`
+}
+
+// RunsOn says whether the version may run on device.
+func (v VersionConfig) RunsOn(device string) bool {
+	return len(v.Devices) == 0 || slices.Contains(v.Devices, device)
+}
+
+// ReadConfig reads and validates dir/model.yaml. Unknown keys are errors, so that a typo
+// does not silently fall back to a default.
+func ReadConfig(dir string) (Config, error) {
+	path := filepath.Join(dir, ConfigFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("models: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("models: %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses and validates a model.yaml document.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks a config for mistakes a user can fix; the error says which and how.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Name == "" {
+		bad("name is empty")
+	}
+	if c.Tokenizer == "" {
+		bad("tokenizer is empty: name the tokenizer.json")
+	}
+	if c.MaxLength < 2 {
+		bad("max_length %d is too small", c.MaxLength)
+	}
+	if c.Output == "" {
+		bad("output is empty: name the graph output to read")
+	}
+	switch c.Task {
+	case TaskEmbed:
+		if c.Pooling != PoolingMean && c.Pooling != PoolingCLS {
+			bad("pooling %q: use mean or cls", c.Pooling)
+		}
+		if len(c.Labels) > 0 {
+			bad("labels are for classify models")
+		}
+	case TaskClassify:
+		if len(c.Labels) < 2 {
+			bad("a classify model needs at least two labels")
+		}
+		if c.Pooling != "" || c.Normalize {
+			bad("pooling and normalize are for embed models")
+		}
+	default:
+		bad("task %q: use embed or classify", c.Task)
+	}
+	if len(c.Versions) == 0 {
+		bad("no versions")
+	}
+	for name, v := range c.Versions {
+		if v.File == "" {
+			bad("version %s has no file", name)
+		}
+		for _, d := range v.Devices {
+			if d != "cpu" && d != "cuda" {
+				bad("version %s: device %q: use cpu or cuda", name, d)
+			}
+		}
+	}
+	if _, ok := c.Versions[c.DefaultVersion]; !ok {
+		bad("default_version %q is not one of the versions", c.DefaultVersion)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,293 @@
+package models_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+const embedYAML = `
+name: emb
+task: embed
+tokenizer: tokenizer.json
+max_length: 8
+output: last_hidden_state
+pooling: mean
+normalize: true
+default_version: fp32
+versions:
+  fp32: {file: fp32.onnx}
+  fp16: {file: fp16.onnx, devices: [cuda]}
+`
+
+const classifyYAML = `
+name: cls
+task: classify
+tokenizer: tokenizer.json
+max_length: 8
+output: logits
+labels: [negative, positive]
+default_version: fp32
+versions:
+  fp32: {file: fp32.onnx}
+`
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name, yaml, err string
+	}{
+		{"embed", embedYAML, ""},
+		{"classify", classifyYAML, ""},
+		{"typo in key", strings.Replace(embedYAML, "pooling:", "poolling:", 1), "field poolling not found"},
+		{"bad task", strings.Replace(embedYAML, "task: embed", "task: rerank", 1), `task "rerank"`},
+		{"bad pooling", strings.Replace(embedYAML, "pooling: mean", "pooling: max", 1), `pooling "max"`},
+		{"no default", strings.Replace(embedYAML, "default_version: fp32", "default_version: int8", 1), `default_version "int8"`},
+		{"bad device", strings.Replace(embedYAML, "[cuda]", "[tpu]", 1), `device "tpu"`},
+		{"one label", strings.Replace(classifyYAML, "[negative, positive]", "[only]", 1), "at least two labels"},
+		{"labels on embed", embedYAML + "labels: [a, b]\n", "labels are for classify"},
+		{"no versions", "name: x\ntask: embed\ntokenizer: t\nmax_length: 8\noutput: o\npooling: cls\ndefault_version: a\n", "no versions"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := models.ParseConfig([]byte(tt.yaml))
+			if tt.err == "" && err != nil {
+				t.Fatal(err)
+			}
+			if tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+				t.Fatalf("got %v, want %q", err, tt.err)
+			}
+		})
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(embedYAML))
+	f.Add([]byte(classifyYAML))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := models.ParseConfig(data)
+		if err == nil {
+			if _, ok := c.Versions[c.DefaultVersion]; !ok {
+				t.Fatal("valid config without its default version")
+			}
+		}
+	})
+}
+
+// fakeTokenizer gives one token per byte between [CLS]=1 and [SEP]=2.
+type fakeTokenizer struct{ max int }
+
+func (f fakeTokenizer) Encode(texts []string, o tokenize.Options) ([]tokenize.Encoding, error) {
+	out := make([]tokenize.Encoding, len(texts))
+	for i, s := range texts {
+		ids := []int64{1}
+		for _, c := range []byte(s) {
+			ids = append(ids, int64(c))
+		}
+		ids = append(ids, 2)
+		if len(ids) > f.max {
+			if !o.Truncate {
+				return nil, &tokenize.TooLongError{Index: i, Tokens: len(ids), Max: f.max}
+			}
+			ids = append(ids[:f.max-1], 2)
+			out[i].Truncated = true
+		}
+		out[i].IDs, out[i].TypeIDs = ids, make([]int64, len(ids))
+	}
+	return out, nil
+}
+func (f fakeTokenizer) MaxLength() int { return f.max }
+func (f fakeTokenizer) Close() error   { return nil }
+
+// fakeExec returns, per encoding, hidden states [len, 2] where token j is (id, j), or for
+// classify the logits (sum of ids, 0).
+type fakeExec struct {
+	classify bool
+	closed   *int
+}
+
+func (f fakeExec) Execute(_ context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, error) {
+	out := make([]runtime.Tensor, len(encs))
+	for i, e := range encs {
+		if f.classify {
+			var sum float32
+			for _, id := range e.IDs {
+				sum += float32(id)
+			}
+			out[i] = runtime.Tensor{Shape: []int64{2}, Data: []float32{sum / 100, 0}}
+			continue
+		}
+		cols := e.Len() + 3 // padding that pooling must ignore
+		t := runtime.Tensor{Shape: []int64{int64(cols), 2}, Data: make([]float32, 2*cols)}
+		for j := range cols {
+			t.Data[2*j] = 1000 // padding rows
+			if j < e.Len() {
+				t.Data[2*j], t.Data[2*j+1] = float32(e.IDs[j]), float32(j)
+			}
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+func (f fakeExec) Close() error { *f.closed++; return nil }
+
+type fakeBackend struct {
+	device   string
+	classify bool
+	closed   int
+	fail     string // file name whose loading fails
+}
+
+func (b *fakeBackend) Device() string { return b.device }
+func (b *fakeBackend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error) {
+	return fakeTokenizer{maxLen}, nil
+}
+func (b *fakeBackend) Executor(path, output string) (models.Executor, error) {
+	if filepath.Base(path) == b.fail {
+		return nil, errors.New("corrupt file")
+	}
+	return fakeExec{classify: b.classify, closed: &b.closed}, nil
+}
+
+func writeModel(t *testing.T, root, name, yaml string) string {
+	t.Helper()
+	dir := filepath.Join(root, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, models.ConfigFile), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestEmbedPipeline(t *testing.T) {
+	dir := writeModel(t, t.TempDir(), "emb", embedYAML)
+	b := &fakeBackend{device: "cpu"}
+	m, err := models.Open(dir, b, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.VersionNames(); len(got) != 1 || got[0] != "fp32" {
+		t.Errorf("versions on cpu: %v (fp16 is cuda-only)", got)
+	}
+	vecs, st, err := m.Embed(t.Context(), "", []string{"ab"}, models.EmbedOptions{Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tokens 1, 'a'=97, 'b'=98, 2 at positions 0..3: mean (49.5, 1.5), padding ignored.
+	if vecs[0][0] != 49.5 || vecs[0][1] != 1.5 || st.Version != "fp32" || st.Tokens != 4 {
+		t.Errorf("got %v %+v", vecs, st)
+	}
+	vecs, _, _ = m.Embed(t.Context(), "fp32", []string{"ab"}, models.EmbedOptions{Normalize: true})
+	if n := math.Hypot(float64(vecs[0][0]), float64(vecs[0][1])); math.Abs(n-1) > 1e-6 {
+		t.Errorf("norm %v", n)
+	}
+	_, st, err = m.Embed(t.Context(), "", []string{"far too long text"}, models.EmbedOptions{Truncate: true})
+	if err != nil || st.Truncated != 1 || st.Tokens != 8 {
+		t.Errorf("truncate: %v %+v", err, st)
+	}
+	_, _, err = m.Embed(t.Context(), "", []string{"ok", "far too long text"}, models.EmbedOptions{})
+	var tl *tokenize.TooLongError
+	if !errors.As(err, &tl) || tl.Index != 1 {
+		t.Errorf("no truncate: %v", err)
+	}
+	if _, _, err := m.Embed(t.Context(), "fp16", []string{"a"}, models.EmbedOptions{}); !errors.Is(err, models.ErrUnknownVersion) {
+		t.Errorf("fp16 on cpu: %v", err)
+	}
+	if _, _, err := m.Classify(t.Context(), "", []string{"a"}, models.ClassifyOptions{}); !errors.Is(err, models.ErrWrongTask) {
+		t.Errorf("classify on embedder: %v", err)
+	}
+	m.Close()
+	if b.closed != 1 {
+		t.Errorf("closed %d executors", b.closed)
+	}
+}
+
+func TestClassifyPipeline(t *testing.T) {
+	dir := writeModel(t, t.TempDir(), "cls", classifyYAML)
+	m, err := models.Open(dir, &fakeBackend{device: "cpu", classify: true}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	probs, _, err := m.Classify(t.Context(), "", []string{"a", ""}, models.ClassifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		if math.Abs(float64(p[0]+p[1])-1) > 1e-6 || p[0] <= p[1] {
+			t.Errorf("probabilities %v", p)
+		}
+	}
+	raw, _, _ := m.Classify(t.Context(), "", []string{""}, models.ClassifyOptions{Raw: true})
+	if raw[0][0] != 0.03 || raw[0][1] != 0 {
+		t.Errorf("raw logits %v", raw[0])
+	}
+}
+
+func TestOpenFailures(t *testing.T) {
+	root := t.TempDir()
+	if _, err := models.OpenRepository(root, &fakeBackend{device: "cpu"}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "make models") {
+		t.Errorf("empty repository: %v", err)
+	}
+	if _, err := models.OpenRepository(filepath.Join(root, "missing"), &fakeBackend{device: "cpu"}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing repository: %v", err)
+	}
+	writeModel(t, root, "emb", embedYAML)
+	b := &fakeBackend{device: "cpu", fail: "fp32.onnx"}
+	if _, err := models.OpenRepository(root, b, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "emb/fp32: corrupt file") {
+		t.Errorf("corrupt version: %v", err)
+	}
+	// The classify output has one logit per label; an embed-shaped output is refused at start.
+	writeModel(t, root, "cls", strings.Replace(classifyYAML, "labels: [negative, positive]", "labels: [a, b, c]", 1))
+	if _, err := models.OpenRepository(root, &fakeBackend{device: "cpu"}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "one logit per label") {
+		t.Errorf("wrong output shape: %v", err)
+	}
+}
+
+func TestRepository(t *testing.T) {
+	root := t.TempDir()
+	writeModel(t, root, "emb", embedYAML)
+	os.WriteFile(filepath.Join(root, "README"), []byte("not a model"), 0o644)
+	r, err := models.OpenRepository(root, &fakeBackend{device: "cuda"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	m, err := r.Model("emb")
+	if err != nil || len(m.VersionNames()) != 2 {
+		t.Fatalf("%v %v", err, m)
+	}
+	if r.First(models.TaskEmbed) != m || r.First(models.TaskClassify) != nil {
+		t.Error("First")
+	}
+	if _, err := r.Model("nope"); !errors.Is(err, models.ErrUnknownModel) {
+		t.Errorf("%v", err)
+	}
+}
+
+func TestSoftmaxNormalize(t *testing.T) {
+	v := []float32{1000, 1000}
+	models.Softmax(v)
+	if v[0] != 0.5 || v[1] != 0.5 {
+		t.Errorf("softmax of large logits: %v", v)
+	}
+	z := []float32{0, 0}
+	models.Normalize(z)
+	if z[0] != 0 || z[1] != 0 {
+		t.Errorf("zero vector: %v", z)
+	}
+	cls := models.Pool(models.PoolingCLS, runtime.Tensor{Shape: []int64{2, 2}, Data: []float32{1, 2, 3, 4}}, 2)
+	if cls[0] != 1 || cls[1] != 2 {
+		t.Errorf("cls pooling %v", cls)
+	}
+}

@@ -1,0 +1,252 @@
+package ort_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+// These tests run the real ONNX Runtime on the real models: `make test` provides both.
+var env *ort.Env
+
+func TestMain(m *testing.M) {
+	lib := os.Getenv("ORTSERVE_ORT_LIB")
+	if lib == "" || os.Getenv("ORTSERVE_MODELS") == "" {
+		fmt.Fprintln(os.Stderr, "runtime/ort: ORTSERVE_ORT_LIB and ORTSERVE_MODELS are not set: run these tests with `make test`")
+		os.Exit(1)
+	}
+	var err error
+	if env, err = ort.Open(lib); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func modelFile(name, version string) string {
+	return filepath.Join(os.Getenv("ORTSERVE_MODELS"), name, version+".onnx")
+}
+
+func cpu(output string) ort.Options {
+	return ort.Options{Provider: ort.ProviderCPU, IntraOpThreads: 1, InterOpThreads: 1, Output: output}
+}
+
+// batch is rows × cols of plausible BERT ids: [CLS] 1000+j ... [SEP].
+func batch(rows, cols int) tokenize.Batch {
+	encs := make([]tokenize.Encoding, rows)
+	for i := range encs {
+		ids := make([]int64, cols)
+		for j := range ids {
+			ids[j] = int64(1000 + (i*7+j)%5000)
+		}
+		ids[0], ids[cols-1] = 101, 102
+		encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, cols)}
+	}
+	return tokenize.Pad(encs)
+}
+
+func TestSessionRunsRealModels(t *testing.T) {
+	tests := []struct {
+		model, version, output string
+		want                   func(rows, cols int) []int64
+	}{
+		{"minilm", "fp32", "last_hidden_state", func(r, c int) []int64 { return []int64{int64(r), int64(c), 384} }},
+		{"minilm", "int8", "last_hidden_state", func(r, c int) []int64 { return []int64{int64(r), int64(c), 384} }},
+		{"sentiment", "fp32", "logits", func(r, c int) []int64 { return []int64{int64(r), 2} }},
+		{"sentiment", "int8", "logits", func(r, c int) []int64 { return []int64{int64(r), 2} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model+"/"+tt.version, func(t *testing.T) {
+			s, err := env.NewSession(modelFile(tt.model, tt.version), cpu(tt.output))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if s.Provider() != ort.ProviderCPU {
+				t.Errorf("provider %s", s.Provider())
+			}
+			for _, shape := range [][2]int{{1, 4}, {3, 17}} {
+				out, err := s.Run(t.Context(), batch(shape[0], shape[1]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := tt.want(shape[0], shape[1])
+				if fmt.Sprint(out.Shape) != fmt.Sprint(want) || int64(len(out.Data)) != want[0]*want[1]*max(1, wantLast(want)) {
+					t.Errorf("shape %v (%d values), want %v", out.Shape, len(out.Data), want)
+				}
+			}
+		})
+	}
+}
+
+func wantLast(shape []int64) int64 {
+	if len(shape) == 3 {
+		return shape[2]
+	}
+	return 1
+}
+
+// Concurrent runs on one session are safe, and each gets its own rows back.
+func TestSessionConcurrentRuns(t *testing.T) {
+	s, err := env.NewSession(modelFile("sentiment", "fp32"), cpu("logits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ref, err := s.Run(t.Context(), batch(4, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			out, err := s.Run(context.Background(), batch(4, 9))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range out.Data {
+				if out.Data[i] != ref.Data[i] {
+					t.Errorf("concurrent run differs at %d: %v vs %v", i, out.Data[i], ref.Data[i])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Cancelling the context stops the native run well before it would have finished.
+func TestSessionCancel(t *testing.T) {
+	s, err := env.NewSession(modelFile("minilm", "fp32"), cpu("last_hidden_state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := batch(32, 128)
+	start := time.Now()
+	if _, err := s.Run(t.Context(), big); err != nil {
+		t.Fatal(err)
+	}
+	full := time.Since(start)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(full/10, cancel)
+	start = time.Now()
+	_, err = s.Run(ctx, big)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want a cancelled run", err)
+	}
+	if d := time.Since(start); d > full/2 {
+		t.Errorf("cancelled run took %v of a full %v: Terminate did not stop it", d, full)
+	}
+	if _, err := s.Run(ctx, big); !errors.Is(err, context.Canceled) {
+		t.Errorf("run with a done context: %v", err)
+	}
+	// The session still works after a terminated run.
+	if _, err := s.Run(t.Context(), batch(1, 5)); err != nil {
+		t.Errorf("run after cancel: %v", err)
+	}
+}
+
+func TestNewSessionRefusesBadModels(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	mask := onnxtest.Value{Name: "attention_mask", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	tests := []struct {
+		name, path, output, want string
+	}{
+		{"missing file", filepath.Join(dir, "nope.onnx"), "out", "no such file"},
+		{"not onnx", write("junk.onnx", []byte("this is not a model")), "out", "loading"},
+		{"unexpected input", write("pixels.onnx", onnxtest.Identity([]onnxtest.Value{{Name: "pixel_values", ElemType: onnxtest.Float, Dims: []int64{-1, 3}}}, []string{"out"})), "out", `unexpected input "pixel_values"`},
+		{"no mask", write("nomask.onnx", onnxtest.Identity([]onnxtest.Value{ids}, []string{"out"})), "out", `lacks input "input_ids" or "attention_mask"`},
+		{"float ids", write("floatids.onnx", onnxtest.Identity([]onnxtest.Value{{Name: "input_ids", ElemType: onnxtest.Float, Dims: []int64{-1, -1}}, mask}, []string{"a", "b"})), "a", "want int64 [batch, sequence]"},
+		{"int output", write("intout.onnx", onnxtest.Identity([]onnxtest.Value{ids, mask}, []string{"a", "b"})), "a", "reads float32 outputs"},
+		{"missing output", write("ok.onnx", onnxtest.Identity([]onnxtest.Value{ids, mask}, []string{"a", "b"})), "logits", `has no output "logits"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := env.NewSession(tt.path, cpu(tt.output))
+			if err == nil {
+				s.Close()
+				t.Fatal("loaded")
+			}
+			if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %q, want one line containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Without a GPU, cuda fails with ErrCUDAUnavailable and auto falls back to CPU with a
+// reason; with one, both give CUDA.
+func TestResolveDevice(t *testing.T) {
+	p, why, err := env.Resolve(ort.DeviceAuto, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, _, errc := env.Resolve(ort.DeviceCUDA, 0)
+	switch p {
+	case ort.ProviderCPU:
+		if why == "" || !errors.Is(errc, ort.ErrCUDAUnavailable) {
+			t.Errorf("auto fell back without a reason (%q) or cuda did not fail (%v)", why, errc)
+		}
+		t.Logf("no CUDA here: %s", why)
+	case ort.ProviderCUDA:
+		if errc != nil || pc != ort.ProviderCUDA {
+			t.Errorf("auto found CUDA, cuda did not: %v", errc)
+		}
+	}
+	if p, _, err := env.Resolve(ort.DeviceCPU, 0); p != ort.ProviderCPU || err != nil {
+		t.Errorf("cpu: %s %v", p, err)
+	}
+	if _, err := ort.ParseDevice("tpu"); err == nil {
+		t.Error("tpu accepted")
+	}
+}
+
+func BenchmarkSession(b *testing.B) {
+	for _, v := range []string{"fp32", "int8"} {
+		s, err := env.NewSession(modelFile("minilm", v), cpu("last_hidden_state"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, rows := range []int{1, 8, 32} {
+			for _, cols := range []int{16, 64} {
+				bt := batch(rows, cols)
+				b.Run(fmt.Sprintf("%s/batch=%d/seq=%d", v, rows, cols), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := s.Run(context.Background(), bt); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "texts/s")
+				})
+			}
+		}
+		s.Close()
+	}
+}

@@ -1,0 +1,152 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+// fakeSession takes delay per run and returns row i filled with the row's first token id.
+type fakeSession struct {
+	delay  time.Duration
+	mu     sync.Mutex
+	runs   int
+	closed bool
+}
+
+func (f *fakeSession) Run(ctx context.Context, b tokenize.Batch) (runtime.Tensor, error) {
+	f.mu.Lock()
+	f.runs++
+	closed := f.closed
+	f.mu.Unlock()
+	if closed {
+		return runtime.Tensor{}, errors.New("run on a closed session")
+	}
+	select {
+	case <-time.After(f.delay):
+	case <-ctx.Done():
+		return runtime.Tensor{}, ctx.Err()
+	}
+	out := runtime.Tensor{Shape: []int64{int64(b.Rows), 2}, Data: make([]float32, 2*b.Rows)}
+	for i := range b.Rows {
+		out.Data[2*i] = float32(b.InputIDs[i*b.Cols])
+		out.Data[2*i+1] = float32(b.Cols)
+	}
+	return out, nil
+}
+
+func (f *fakeSession) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
+
+func TestPoolRunsOneBatchPerSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := &fakeSession{delay: 10 * time.Millisecond}, &fakeSession{delay: 10 * time.Millisecond}
+		p := runtime.NewPool([]runtime.Session{a, b})
+		batch := tokenize.Pad([]tokenize.Encoding{{IDs: []int64{7}}})
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if _, err := p.Run(t.Context(), batch); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		if p.InUse() != 2 {
+			t.Errorf("in use: %d, want 2", p.InUse())
+		}
+		wg.Wait()
+		// Four 10 ms runs on two sessions take two rounds.
+		if d := time.Since(start); d != 20*time.Millisecond {
+			t.Errorf("took %v, want 20ms", d)
+		}
+		if a.runs != 2 || b.runs != 2 {
+			t.Errorf("runs %d and %d, want 2 each", a.runs, b.runs)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Run(t.Context(), batch); !errors.Is(err, runtime.ErrClosed) {
+			t.Errorf("run after close: %v", err)
+		}
+	})
+}
+
+func TestPoolCancelWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := runtime.NewPool([]runtime.Session{&fakeSession{delay: time.Second}})
+		batch := tokenize.Pad([]tokenize.Encoding{{IDs: []int64{1}}})
+		go p.Run(t.Context(), batch) // holds the only session for a second
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if _, err := p.Run(ctx, batch); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got %v, want deadline exceeded", err)
+		}
+		if d := time.Since(start); d != 50*time.Millisecond {
+			t.Errorf("gave up after %v, want 50ms", d)
+		}
+	})
+}
+
+func TestPoolCloseWaitsForRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &fakeSession{delay: 100 * time.Millisecond}
+		p := runtime.NewPool([]runtime.Session{s})
+		batch := tokenize.Pad([]tokenize.Encoding{{IDs: []int64{1}}})
+		done := make(chan error, 1)
+		go func() { _, err := p.Run(t.Context(), batch); done <- err }()
+		synctest.Wait()
+		p.Close()
+		if err := <-done; err != nil {
+			t.Errorf("a run in flight at Close failed: %v", err)
+		}
+		if !s.closed {
+			t.Error("session not closed")
+		}
+	})
+}
+
+func TestDirectChunksAndKeepsOrder(t *testing.T) {
+	s := &fakeSession{}
+	d := runtime.Direct{Runner: s, MaxBatch: 2}
+	encs := []tokenize.Encoding{
+		{IDs: []int64{10}}, {IDs: []int64{11, 0, 0}}, {IDs: []int64{12}}, {IDs: []int64{13, 1}}, {IDs: []int64{14}},
+	}
+	out, err := d.Execute(t.Context(), encs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(encs) || s.runs != 3 {
+		t.Fatalf("%d outputs in %d runs, want 5 in 3", len(out), s.runs)
+	}
+	wantCols := []float32{3, 3, 2, 2, 1} // each chunk padded to its own longest
+	for i, o := range out {
+		if o.Data[0] != float32(10+i) || o.Data[1] != wantCols[i] || len(o.Shape) != 1 {
+			t.Errorf("row %d: %v %v", i, o.Shape, o.Data)
+		}
+	}
+}
+
+func TestTensorRows(t *testing.T) {
+	tt := runtime.Tensor{Shape: []int64{2, 2, 3}, Data: []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}
+	rows := tt.Rows()
+	if len(rows) != 2 || rows[1].Data[0] != 6 || len(rows[1].Data) != 6 || rows[1].Shape[0] != 2 {
+		t.Fatalf("%+v", rows)
+	}
+	if (runtime.Tensor{Shape: []int64{0, 3}}).Rows() != nil {
+		t.Error("empty tensor has rows")
+	}
+}

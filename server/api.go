@@ -1,0 +1,136 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Inputs is TEI's `inputs` for /embed: one string or a list of strings.
+type Inputs []string
+
+// UnmarshalJSON accepts "text" or ["a", "b"].
+func (in *Inputs) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		*in = Inputs{s}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(data, &list); err != nil {
+		return errors.New("inputs must be a string or a list of strings")
+	}
+	*in = list
+	return nil
+}
+
+// EmbedRequest is TEI's /embed body, plus optional model and version to pick one of many.
+type EmbedRequest struct {
+	Inputs    Inputs `json:"inputs"`
+	Normalize *bool  `json:"normalize"` // default true, as TEI
+	Truncate  *bool  `json:"truncate"`  // default: the server's auto_truncate
+	Model     string `json:"model,omitempty"`
+	Version   string `json:"version,omitempty"`
+}
+
+// PredictInputs is TEI's `inputs` for /predict: "text" (one input), ["a", "b"] (one pair),
+// or [["a"], ["b", "c"], ...] (a batch of singles and pairs). Single is true for the first
+// two forms, whose response is one list of predictions rather than a list of lists.
+type PredictInputs struct {
+	Seqs   [][]string // each of length 1 or 2
+	Single bool
+}
+
+// UnmarshalJSON follows TEI's rules for the three forms.
+func (in *PredictInputs) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	const want = "inputs must be a string, a pair [string, string], or a batch [[string], [string, string], ...]"
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		*in = PredictInputs{Seqs: [][]string{{s}}, Single: true}
+		return nil
+	}
+	var flat []string
+	if err := json.Unmarshal(data, &flat); err == nil {
+		if len(flat) == 0 || len(flat) > 2 {
+			return errors.New(want)
+		}
+		*in = PredictInputs{Seqs: [][]string{flat}, Single: true}
+		return nil
+	}
+	var batch [][]string
+	if err := json.Unmarshal(data, &batch); err != nil {
+		return errors.New(want)
+	}
+	for _, s := range batch {
+		if len(s) == 0 || len(s) > 2 {
+			return errors.New(want)
+		}
+	}
+	*in = PredictInputs{Seqs: batch}
+	return nil
+}
+
+// PredictRequest is TEI's /predict body, plus optional model and version.
+type PredictRequest struct {
+	Inputs    PredictInputs `json:"inputs"`
+	RawScores bool          `json:"raw_scores"`
+	Truncate  *bool         `json:"truncate"`
+	Model     string        `json:"model,omitempty"`
+	Version   string        `json:"version,omitempty"`
+}
+
+// Prediction is one label's score, as TEI returns it.
+type Prediction struct {
+	Score float32 `json:"score"`
+	Label string  `json:"label"`
+}
+
+// ErrorResponse is TEI's error body.
+type ErrorResponse struct {
+	Error     string `json:"error"`
+	ErrorType string `json:"error_type"`
+}
+
+// Info is /info's body.
+type Info struct {
+	Version        string      `json:"version"`
+	ORTVersion     string      `json:"ort_version"`
+	Device         string      `json:"device"`   // what was asked for
+	Provider       string      `json:"provider"` // what runs
+	FallbackReason string      `json:"fallback_reason,omitempty"`
+	Models         []ModelInfo `json:"models"`
+	MaxInputs      int         `json:"max_client_batch_size"`
+	AutoTruncate   bool        `json:"auto_truncate"`
+}
+
+// ModelInfo describes one served model.
+type ModelInfo struct {
+	Name           string   `json:"name"`
+	Task           string   `json:"task"`
+	MaxLength      int      `json:"max_input_length"`
+	Versions       []string `json:"versions"`
+	DefaultVersion string   `json:"default_version"`
+	Pooling        string   `json:"pooling,omitempty"`
+	Labels         []string `json:"labels,omitempty"`
+}
+
+// decodeJSON reads one JSON value into v, refusing trailing data.
+func decodeJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("unexpected data after the JSON body")
+	}
+	return nil
+}

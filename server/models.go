@@ -1,0 +1,55 @@
+package server
+
+import (
+	"context"
+
+	"github.com/ortserve/ortserve/models"
+)
+
+// Pipeline is what the server needs of one model.
+type Pipeline interface {
+	Embed(ctx context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error)
+	Classify(ctx context.Context, version string, texts []string, o models.ClassifyOptions) ([][]float32, models.Stats, error)
+	Labels() []string
+}
+
+// Repository is what the server needs of the model repository.
+type Repository interface {
+	// Lookup finds a model by name; "" means the first model that does task.
+	Lookup(name string, task models.Task) (Pipeline, string, error)
+	Describe() []ModelInfo
+}
+
+// FromModels adapts a loaded model repository.
+func FromModels(r *models.Repository) Repository { return repo{r} }
+
+type repo struct{ r *models.Repository }
+
+func (r repo) Lookup(name string, task models.Task) (Pipeline, string, error) {
+	if name == "" {
+		m := r.r.First(task)
+		if m == nil {
+			return nil, "", &models.UnknownError{Kind: models.ErrUnknownModel, Name: "(any " + string(task) + " model)", Known: r.r.Names()}
+		}
+		return m, m.Name(), nil
+	}
+	m, err := r.r.Model(name)
+	if err != nil {
+		return nil, "", err
+	}
+	return m, m.Name(), nil
+}
+
+func (r repo) Describe() []ModelInfo {
+	var out []ModelInfo
+	for _, name := range r.r.Names() {
+		m, _ := r.r.Model(name)
+		c := m.Config
+		out = append(out, ModelInfo{
+			Name: c.Name, Task: string(c.Task), MaxLength: c.MaxLength,
+			Versions: m.VersionNames(), DefaultVersion: c.DefaultVersion,
+			Pooling: string(c.Pooling), Labels: c.Labels,
+		})
+	}
+	return out
+}

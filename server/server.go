@@ -1,0 +1,285 @@
+// Package server is ortserve's HTTP face: routes (chi), the TEI-shaped API, limits,
+// readiness, timing headers, and the one place where errors become status codes. It knows
+// nothing of ONNX Runtime or tokenizer internals: models come through Repository.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+// Config configures the HTTP layer.
+type Config struct {
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+	// MaxInputs bounds the texts in one request (TEI's max_client_batch_size).
+	MaxInputs int
+	// AutoTruncate is the default of a request's `truncate`: cut inputs over the model's
+	// maximum length instead of refusing them.
+	AutoTruncate bool
+	// Info is served at /info; Models and the limits are filled in by the server.
+	Info Info
+	// Metrics, when set, is served at /metrics.
+	Metrics http.Handler
+}
+
+// DefaultConfig has the defaults `server serve` uses.
+func DefaultConfig() Config {
+	return Config{MaxBodyBytes: 2 << 20, MaxInputs: 32, AutoTruncate: true}
+}
+
+// Server serves the API over a Repository.
+type Server struct {
+	cfg   Config
+	repo  Repository
+	log   *slog.Logger
+	ready atomic.Bool
+}
+
+// New makes a Server; it is not ready until SetReady(true).
+func New(cfg Config, repo Repository, log *slog.Logger) *Server {
+	cfg.Info.Models = repo.Describe()
+	cfg.Info.MaxInputs = cfg.MaxInputs
+	cfg.Info.AutoTruncate = cfg.AutoTruncate
+	return &Server{cfg: cfg, repo: repo, log: log}
+}
+
+// SetReady flips readiness: /health answers 503 while not ready, as during shutdown.
+func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
+
+// Handler is the server's routes.
+func (s *Server) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Get("/health", s.health)
+	r.Get("/info", s.info)
+	r.Post("/embed", s.embed)
+	r.Post("/predict", s.predict)
+	if s.cfg.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", s.cfg.Metrics)
+	}
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "NotFound", "no such route: see /info and docs/api.md")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "Validation", r.Method+" is not allowed here")
+	})
+	return r
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready.Load() {
+		writeError(w, http.StatusServiceUnavailable, "Unhealthy", "not ready")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) info(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Info)
+}
+
+func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req EmbedRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if !s.checkInputs(w, len(req.Inputs)) {
+		return
+	}
+	p, name, err := s.repo.Lookup(req.Model, models.TaskEmbed)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	opts := models.EmbedOptions{Truncate: s.truncate(req.Truncate), Normalize: req.Normalize == nil || *req.Normalize}
+	vecs, st, err := p.Embed(r.Context(), req.Version, req.Inputs, opts)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	setTiming(w, name, st, start)
+	writeJSON(w, http.StatusOK, vecs)
+}
+
+func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req PredictRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if !s.checkInputs(w, len(req.Inputs.Seqs)) {
+		return
+	}
+	texts := make([]string, len(req.Inputs.Seqs))
+	for i, seq := range req.Inputs.Seqs {
+		if len(seq) != 1 {
+			writeError(w, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("input %d is a pair of texts: the served classifiers take one text each", i))
+			return
+		}
+		texts[i] = seq[0]
+	}
+	p, name, err := s.repo.Lookup(req.Model, models.TaskClassify)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	scores, st, err := p.Classify(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: s.truncate(req.Truncate), Raw: req.RawScores})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	labels := p.Labels()
+	out := make([][]Prediction, len(scores))
+	for i, sc := range scores {
+		out[i] = make([]Prediction, len(sc))
+		for j, v := range sc {
+			out[i][j] = Prediction{Score: v, Label: labels[j]}
+		}
+		slices.SortStableFunc(out[i], func(a, b Prediction) int { return cmpDesc(a.Score, b.Score) })
+	}
+	setTiming(w, name, st, start)
+	if req.Inputs.Single {
+		writeJSON(w, http.StatusOK, out[0])
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func cmpDesc(a, b float32) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
+
+func (s *Server) truncate(req *bool) bool {
+	if req == nil {
+		return s.cfg.AutoTruncate
+	}
+	return *req
+}
+
+// decode reads a bounded JSON body into v, answering the client itself on failure.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("request body is over the limit of %d bytes: send fewer or shorter inputs", s.cfg.MaxBodyBytes))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "Validation", "reading the request body: "+err.Error())
+		return false
+	}
+	if err := decodeJSON(body, v); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "Validation", "bad JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *Server) checkInputs(w http.ResponseWriter, n int) bool {
+	switch {
+	case n == 0:
+		writeError(w, http.StatusUnprocessableEntity, "Empty", "inputs is empty: send at least one text")
+		return false
+	case n > s.cfg.MaxInputs:
+		writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%d inputs is over the limit of %d per request (max_client_batch_size): split the request", n, s.cfg.MaxInputs))
+		return false
+	}
+	return true
+}
+
+// fail maps an error from below to a status code and a one-line JSON error. It is the only
+// place that does.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		tooLong   *tokenize.TooLongError
+		unknown   *models.UnknownError
+		wrongTask *models.WrongTaskError
+	)
+	switch {
+	case errors.As(err, &tooLong):
+		writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
+	case errors.As(err, &unknown):
+		writeError(w, http.StatusNotFound, "NotFound", unknownMessage(unknown))
+	case errors.As(err, &wrongTask):
+		route := "/embed"
+		if wrongTask.Task == models.TaskClassify {
+			route = "/predict"
+		}
+		writeError(w, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		w.WriteHeader(499)
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, "Timeout", "the request's deadline passed before it was served")
+	case errors.Is(err, runtime.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "Unhealthy", "the server is shutting down: retry on another replica")
+	default:
+		s.log.Error("request failed", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "Backend", "inference failed: "+err.Error())
+	}
+}
+
+func unknownMessage(e *models.UnknownError) string {
+	what := "model"
+	if errors.Is(e, models.ErrUnknownVersion) {
+		what = "version"
+	}
+	return fmt.Sprintf("unknown %s %q: known are %v (see /info)", what, e.Name, e.Known)
+}
+
+// setTiming sets TEI's timing headers (milliseconds) and the served model/version.
+func setTiming(w http.ResponseWriter, model string, st models.Stats, start time.Time) {
+	h := w.Header()
+	h.Set("x-model-version", model+"/"+st.Version)
+	h.Set("x-compute-tokens", strconv.Itoa(st.Tokens))
+	h.Set("x-tokenization-time", ms(st.Tokenize))
+	h.Set("x-inference-time", ms(st.Inference))
+	h.Set("x-total-time", ms(time.Since(start)))
+	if st.Truncated > 0 {
+		h.Set("x-truncated-inputs", strconv.Itoa(st.Truncated))
+	}
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "Backend", "encoding the response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(data, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, kind, msg string) {
+	data, _ := json.Marshal(ErrorResponse{Error: msg, ErrorType: kind})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(data, '\n'))
+}

@@ -1,0 +1,286 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+// fakeModel answers like a model: embeddings are [len(text), 1, 0]; classification gives
+// logits [0, len(text)]. err, when set, is returned instead.
+type fakeModel struct {
+	task models.Task
+	err  error
+	seen []string
+}
+
+func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error) {
+	f.seen = texts
+	if f.err != nil {
+		return nil, models.Stats{}, f.err
+	}
+	if f.task != models.TaskEmbed {
+		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
+	}
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		out[i] = []float32{float32(len(t)), 1, 0}
+		if o.Normalize {
+			models.Normalize(out[i])
+		}
+	}
+	return out, models.Stats{Version: "v1", Tokens: len(texts)}, nil
+}
+
+func (f *fakeModel) Classify(_ context.Context, version string, texts []string, o models.ClassifyOptions) ([][]float32, models.Stats, error) {
+	f.seen = texts
+	if f.err != nil {
+		return nil, models.Stats{}, f.err
+	}
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		out[i] = []float32{0, float32(len(t))}
+		if !o.Raw {
+			models.Softmax(out[i])
+		}
+	}
+	return out, models.Stats{Version: "v1"}, nil
+}
+
+func (f *fakeModel) Labels() []string { return []string{"negative", "positive"} }
+
+type fakeRepo map[string]*fakeModel
+
+func (r fakeRepo) Lookup(name string, task models.Task) (Pipeline, string, error) {
+	if name == "" {
+		for n, m := range r {
+			if m.task == task {
+				return m, n, nil
+			}
+		}
+	}
+	m, ok := r[name]
+	if !ok {
+		return nil, "", &models.UnknownError{Kind: models.ErrUnknownModel, Name: name}
+	}
+	return m, name, nil
+}
+
+func (r fakeRepo) Describe() []ModelInfo {
+	return []ModelInfo{{Name: "emb", Task: "embed", Versions: []string{"v1"}}}
+}
+
+func newTestServer(t *testing.T, repo fakeRepo) *httptest.Server {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.MaxInputs = 4
+	cfg.MaxBodyBytes = 1 << 10
+	s := New(cfg, repo, slog.New(slog.DiscardHandler))
+	s.SetReady(true)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func post(t *testing.T, url, body string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp, string(data)
+}
+
+func TestEmbed(t *testing.T) {
+	repo := fakeRepo{"emb": {task: models.TaskEmbed}, "cls": {task: models.TaskClassify}}
+	ts := newTestServer(t, repo)
+	tests := []struct {
+		name, body string
+		code       int
+		want       string // substring of the body
+	}{
+		{"single string", `{"inputs":"abc"}`, 200, ``},
+		{"list", `{"inputs":["a","bb"],"normalize":false}`, 200, `[[1,1,0],[2,1,0]]`},
+		{"named model", `{"inputs":"a","model":"emb","normalize":false}`, 200, `[[1,1,0]]`},
+		{"empty list", `{"inputs":[]}`, 422, `"error_type":"Empty"`},
+		{"too many", `{"inputs":["a","b","c","d","e"]}`, 413, `over the limit of 4`},
+		{"bad json", `{"inputs":`, 422, `bad JSON body`},
+		{"wrong type", `{"inputs":3}`, 422, `inputs must be a string or a list of strings`},
+		{"trailing data", `{"inputs":"a"} {}`, 422, `unexpected data`},
+		{"unknown model", `{"inputs":"a","model":"nope"}`, 404, `unknown model`},
+		{"wrong task", `{"inputs":"a","model":"cls"}`, 400, `use /predict`},
+		{"body too big", `{"inputs":"` + strings.Repeat("x", 2000) + `"}`, 413, `request body is over the limit`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := post(t, ts.URL+"/embed", tt.body)
+			if resp.StatusCode != tt.code || !strings.Contains(body, tt.want) {
+				t.Fatalf("got %d %s, want %d containing %q", resp.StatusCode, body, tt.code, tt.want)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			if tt.code == 200 && resp.Header.Get("x-model-version") != "emb/v1" {
+				t.Errorf("x-model-version %q", resp.Header.Get("x-model-version"))
+			}
+			if tt.code != 200 {
+				var e ErrorResponse
+				if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" || strings.Contains(e.Error, "\n") {
+					t.Errorf("error body %q is not one JSON line with an error", body)
+				}
+			}
+		})
+	}
+	resp, body := post(t, ts.URL+"/embed", `{"inputs":"abc"}`)
+	var vecs [][]float32
+	if err := json.Unmarshal([]byte(body), &vecs); err != nil || resp.StatusCode != 200 {
+		t.Fatal(body, err)
+	}
+	if n := math.Hypot(float64(vecs[0][0]), float64(vecs[0][1])); math.Abs(n-1) > 1e-6 {
+		t.Errorf("normalize defaults to true, got norm %v", n)
+	}
+}
+
+func TestPredict(t *testing.T) {
+	repo := fakeRepo{"cls": {task: models.TaskClassify}}
+	ts := newTestServer(t, repo)
+	resp, body := post(t, ts.URL+"/predict", `{"inputs":"abc"}`)
+	var single []Prediction
+	if err := json.Unmarshal([]byte(body), &single); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %s %v", resp.StatusCode, body, err)
+	}
+	if single[0].Label != "positive" || single[0].Score <= single[1].Score || math.Abs(float64(single[0].Score+single[1].Score)-1) > 1e-6 {
+		t.Errorf("want sorted probabilities summing to 1, got %+v", single)
+	}
+	resp, body = post(t, ts.URL+"/predict", `{"inputs":[["a"],["bb"]],"raw_scores":true}`)
+	var batch [][]Prediction
+	if err := json.Unmarshal([]byte(body), &batch); err != nil || resp.StatusCode != 200 || len(batch) != 2 {
+		t.Fatalf("%d %s %v", resp.StatusCode, body, err)
+	}
+	if batch[1][0].Score != 2 || batch[1][0].Label != "positive" {
+		t.Errorf("raw scores: got %+v", batch[1])
+	}
+	if got := repo["cls"].seen; len(got) != 2 || got[1] != "bb" {
+		t.Errorf("model saw %q", got)
+	}
+	for _, tt := range []struct{ body, want string }{
+		{`{"inputs":["a","b"]}`, "pair of texts"},
+		{`{"inputs":[["a","b","c"]]}`, "inputs must be"},
+		{`{"inputs":[]}`, "inputs must be"},
+	} {
+		resp, body := post(t, ts.URL+"/predict", tt.body)
+		if resp.StatusCode != 422 || !strings.Contains(body, tt.want) {
+			t.Errorf("%s: got %d %s", tt.body, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	tests := []struct {
+		err  error
+		code int
+		want string
+	}{
+		{&tokenize.TooLongError{Index: 1, Tokens: 300, Max: 256}, 413, `"truncate\": true`},
+		{&models.UnknownError{Kind: models.ErrUnknownVersion, Name: "emb/int4"}, 404, "unknown version"},
+		{context.DeadlineExceeded, 504, "deadline"},
+		{runtime.ErrClosed, 503, "shutting down"},
+		{errors.New("boom"), 500, "inference failed: boom"},
+	}
+	for _, tt := range tests {
+		ts := newTestServer(t, fakeRepo{"emb": {task: models.TaskEmbed, err: tt.err}})
+		resp, body := post(t, ts.URL+"/embed", `{"inputs":"a"}`)
+		if resp.StatusCode != tt.code || !strings.Contains(body, tt.want) {
+			t.Errorf("%v: got %d %s, want %d containing %q", tt.err, resp.StatusCode, body, tt.code, tt.want)
+		}
+	}
+}
+
+func TestHealthInfoMetrics(t *testing.T) {
+	cfg := DefaultConfig()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	cfg.Info = Info{Version: "test", Provider: "CPUExecutionProvider"}
+	s := New(cfg, fakeRepo{}, slog.New(slog.DiscardHandler))
+	m.SetProviders("CPUExecutionProvider", s.cfg.Info.Models)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/health"); code != 503 {
+		t.Errorf("health before ready: %d", code)
+	}
+	s.SetReady(true)
+	if code, _ := get("/health"); code != 200 {
+		t.Errorf("health when ready: %d", code)
+	}
+	code, body := get("/info")
+	var info Info
+	if err := json.Unmarshal([]byte(body), &info); err != nil || code != 200 || info.Provider != "CPUExecutionProvider" || len(info.Models) != 1 || info.MaxInputs != cfg.MaxInputs {
+		t.Errorf("info: %d %s", code, body)
+	}
+	if code, _ := get("/nope"); code != 404 {
+		t.Errorf("unknown route: %d", code)
+	}
+	want := `
+# HELP ortserve_execution_provider_info Execution provider each model version runs on (value is always 1).
+# TYPE ortserve_execution_provider_info gauge
+ortserve_execution_provider_info{model="emb",provider="CPUExecutionProvider",version="v1"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
+func FuzzPredictInputs(f *testing.F) {
+	for _, s := range []string{`"a"`, `["a","b"]`, `[["a"],["b","c"]]`, `[]`, `[[]]`, `3`, `[["a","b","c"]]`, `null`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		var in PredictInputs
+		if err := json.Unmarshal([]byte(data), &in); err != nil {
+			return
+		}
+		for _, s := range in.Seqs {
+			if len(s) != 1 && len(s) != 2 {
+				t.Fatalf("%q: accepted a sequence of %d texts", data, len(s))
+			}
+		}
+		if in.Single && len(in.Seqs) != 1 {
+			t.Fatalf("%q: single with %d sequences", data, len(in.Seqs))
+		}
+	})
+}
+
+func FuzzEmbedRequest(f *testing.F) {
+	for _, s := range []string{`{"inputs":"a"}`, `{"inputs":["a","b"],"truncate":true}`, `{"inputs":null}`, `{}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		var req EmbedRequest
+		_ = decodeJSON([]byte(data), &req) // must not panic
+	})
+}

@@ -1,0 +1,113 @@
+// Package hf is the HuggingFace tokenizer binding: a tokenizer.json read through
+// github.com/daulet/tokenizers (Rust, via cgo). It is one of the two places with cgo.
+package hf
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/daulet/tokenizers"
+
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+// Tokenizer encodes with a tokenizer.json. It is safe for concurrent use.
+type Tokenizer struct {
+	maxLen int
+	// trunc cuts at maxLen; full does not, and is asked only when trunc's result is exactly
+	// maxLen long, to learn whether the text was cut and how long it really is.
+	trunc, full *tokenizers.Tokenizer
+}
+
+var _ tokenize.Tokenizer = (*Tokenizer)(nil)
+
+// Load reads a tokenizer.json and prepares it for inputs of at most maxLen tokens.
+// The file's own padding and truncation settings are replaced: padding happens per batch
+// (tokenize.Pad), truncation at maxLen, from the right, as sentence-transformers does.
+func Load(path string, maxLen int) (*Tokenizer, error) {
+	if maxLen < 2 {
+		return nil, fmt.Errorf("hf: max length %d is too small", maxLen)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("hf: %w", err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("hf: %s is not a tokenizer.json: %w", path, err)
+	}
+	if _, ok := doc["model"]; !ok {
+		return nil, fmt.Errorf("hf: %s is not a tokenizer.json: no \"model\" section", path)
+	}
+	doc["padding"] = json.RawMessage("null")
+	doc["truncation"] = json.RawMessage("null")
+	full, err := fromDoc(doc)
+	if err != nil {
+		return nil, fmt.Errorf("hf: %s: %w", path, err)
+	}
+	doc["truncation"] = json.RawMessage(fmt.Sprintf(
+		`{"direction":"Right","max_length":%d,"strategy":"LongestFirst","stride":0}`, maxLen))
+	trunc, err := fromDoc(doc)
+	if err != nil {
+		full.Close()
+		return nil, fmt.Errorf("hf: %s: %w", path, err)
+	}
+	return &Tokenizer{maxLen: maxLen, trunc: trunc, full: full}, nil
+}
+
+func fromDoc(doc map[string]json.RawMessage) (*tokenizers.Tokenizer, error) {
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return tokenizers.FromBytes(data)
+}
+
+// MaxLength is the most tokens one encoding has.
+func (t *Tokenizer) MaxLength() int { return t.maxLen }
+
+// Encode encodes each text with special tokens, cutting or refusing texts over the maximum.
+func (t *Tokenizer) Encode(texts []string, opts tokenize.Options) ([]tokenize.Encoding, error) {
+	out := make([]tokenize.Encoding, len(texts))
+	for i, text := range texts {
+		// The Rust side takes C strings: a NUL would silently end the text there. BERT-style
+		// normalizers drop control characters anyway, so dropping NUL changes nothing else.
+		if strings.IndexByte(text, 0) >= 0 {
+			text = strings.ReplaceAll(text, "\x00", "")
+		}
+		e := encode(t.trunc, text)
+		if len(e.IDs) >= t.maxLen {
+			if ids, _ := t.full.Encode(text, true); len(ids) > t.maxLen {
+				n := len(ids)
+				if !opts.Truncate {
+					return nil, &tokenize.TooLongError{Index: i, Tokens: n, Max: t.maxLen}
+				}
+				e.Truncated = true
+			}
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+func encode(tk *tokenizers.Tokenizer, text string) tokenize.Encoding {
+	enc := tk.EncodeWithOptions(text, true, tokenizers.WithReturnTypeIDs())
+	ids := make([]int64, 2*len(enc.IDs)) // one allocation for both
+	e := tokenize.Encoding{IDs: ids[:len(enc.IDs):len(enc.IDs)], TypeIDs: ids[len(enc.IDs):]}
+	for j, id := range enc.IDs {
+		e.IDs[j] = int64(id)
+	}
+	for j, id := range enc.TypeIDs {
+		e.TypeIDs[j] = int64(id)
+	}
+	return e
+}
+
+// Close frees the native tokenizers. No Encode may run during or after Close.
+func (t *Tokenizer) Close() error {
+	t.trunc.Close()
+	t.full.Close()
+	return nil
+}

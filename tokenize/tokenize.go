@@ -1,0 +1,106 @@
+// Package tokenize turns texts into token ids and pads groups of them into the int64 tensors
+// that transformer encoders take. The HF tokenizer binding lives in tokenize/hf; this package
+// has no cgo, so everything above it tests without native libraries.
+package tokenize
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrTooLong is returned by a Tokenizer when a text has more tokens than the model's maximum
+// and the caller asked for no truncation.
+var ErrTooLong = errors.New("tokenize: input longer than the model's maximum")
+
+// TooLongError says which input was too long and by how much. It wraps ErrTooLong.
+type TooLongError struct {
+	Index  int // position of the input in the request
+	Tokens int // tokens the input has, special tokens included
+	Max    int // the model's maximum
+}
+
+func (e *TooLongError) Error() string {
+	return fmt.Sprintf("tokenize: input %d has %d tokens, more than the model's maximum of %d",
+		e.Index, e.Tokens, e.Max)
+}
+
+// Unwrap lets errors.Is match ErrTooLong.
+func (e *TooLongError) Unwrap() error { return ErrTooLong }
+
+// Encoding is one text's token ids, special tokens included. The slices belong to the
+// Encoding: callers may keep them, and must not modify them.
+type Encoding struct {
+	IDs     []int64
+	TypeIDs []int64 // same length as IDs; zeros when the tokenizer produces none
+	// Truncated is true when the text had more tokens than the maximum and was cut.
+	Truncated bool
+}
+
+// Len is the number of tokens.
+func (e Encoding) Len() int { return len(e.IDs) }
+
+// Options control one Encode call.
+type Options struct {
+	// Truncate cuts texts to the maximum length; when false a longer text is an error
+	// (*TooLongError).
+	Truncate bool
+}
+
+// Tokenizer encodes texts. Implementations must be safe for concurrent use.
+type Tokenizer interface {
+	// Encode encodes each text with the model's special tokens.
+	Encode(texts []string, opts Options) ([]Encoding, error)
+	// MaxLength is the most tokens one encoding may have.
+	MaxLength() int
+	// Close releases native resources; no Encode may be running or start after it.
+	Close() error
+}
+
+// Batch is a padded group of encodings in row-major order: Rows × Cols, padded with zeros
+// to the longest row. It is what a runtime.Runner consumes.
+type Batch struct {
+	Rows, Cols    int
+	InputIDs      []int64
+	AttentionMask []int64
+	TypeIDs       []int64
+	// Lengths are the unpadded lengths of each row.
+	Lengths []int
+}
+
+// Tokens is the number of real (unpadded) tokens in the batch.
+func (b *Batch) Tokens() int {
+	n := 0
+	for _, l := range b.Lengths {
+		n += l
+	}
+	return n
+}
+
+// Pad packs encodings into one Batch padded to the longest. Encodings with zero tokens
+// get one padding column so that every row has a valid shape; their mask is all zeros.
+func Pad(encs []Encoding) Batch {
+	cols := 1
+	for _, e := range encs {
+		cols = max(cols, e.Len())
+	}
+	n := len(encs) * cols
+	buf := make([]int64, 3*n) // one allocation for the three tensors
+	b := Batch{
+		Rows:          len(encs),
+		Cols:          cols,
+		InputIDs:      buf[:n:n],
+		AttentionMask: buf[n : 2*n : 2*n],
+		TypeIDs:       buf[2*n:],
+		Lengths:       make([]int, len(encs)),
+	}
+	for i, e := range encs {
+		row := i * cols
+		copy(b.InputIDs[row:], e.IDs)
+		copy(b.TypeIDs[row:], e.TypeIDs)
+		for j := range e.IDs {
+			b.AttentionMask[row+j] = 1
+		}
+		b.Lengths[i] = e.Len()
+	}
+	return b
+}

@@ -1,0 +1,62 @@
+package tokenize_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+func TestPad(t *testing.T) {
+	tests := []struct {
+		name       string
+		encs       []tokenize.Encoding
+		rows, cols int
+		ids, mask  []int64
+	}{
+		{"one", []tokenize.Encoding{{IDs: []int64{101, 7, 102}, TypeIDs: []int64{0, 0, 0}}}, 1, 3,
+			[]int64{101, 7, 102}, []int64{1, 1, 1}},
+		{"pads to longest", []tokenize.Encoding{{IDs: []int64{101, 102}}, {IDs: []int64{101, 5, 6, 102}}}, 2, 4,
+			[]int64{101, 102, 0, 0, 101, 5, 6, 102}, []int64{1, 1, 0, 0, 1, 1, 1, 1}},
+		{"empty encoding keeps a column", []tokenize.Encoding{{}}, 1, 1, []int64{0}, []int64{0}},
+		{"no encodings", nil, 0, 1, []int64{}, []int64{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := tokenize.Pad(tt.encs)
+			if b.Rows != tt.rows || b.Cols != tt.cols || !slices.Equal(b.InputIDs, tt.ids) || !slices.Equal(b.AttentionMask, tt.mask) {
+				t.Errorf("got %d×%d ids %v mask %v", b.Rows, b.Cols, b.InputIDs, b.AttentionMask)
+			}
+			if len(b.TypeIDs) != len(b.InputIDs) {
+				t.Errorf("type ids %d long, ids %d", len(b.TypeIDs), len(b.InputIDs))
+			}
+			want := 0
+			for _, e := range tt.encs {
+				want += e.Len()
+			}
+			if b.Tokens() != want {
+				t.Errorf("tokens %d, want %d", b.Tokens(), want)
+			}
+		})
+	}
+}
+
+func TestTooLongError(t *testing.T) {
+	var err error = &tokenize.TooLongError{Index: 2, Tokens: 300, Max: 256}
+	if !errors.Is(err, tokenize.ErrTooLong) || err.Error() != "tokenize: input 2 has 300 tokens, more than the model's maximum of 256" {
+		t.Errorf("%v", err)
+	}
+}
+
+func BenchmarkPad(b *testing.B) {
+	encs := make([]tokenize.Encoding, 32)
+	for i := range encs {
+		encs[i].IDs = make([]int64, 16+i)
+		encs[i].TypeIDs = make([]int64, 16+i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tokenize.Pad(encs)
+	}
+}
