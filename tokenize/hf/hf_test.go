@@ -1,0 +1,185 @@
+package hf_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ortserve/ortserve/tokenize"
+	"github.com/ortserve/ortserve/tokenize/hf"
+)
+
+// The golden files come from the Python reference stack (tokenizers==0.22.0, the version
+// daulet/tokenizers v1.24.0 builds) on the same tokenizer.json: scripts/models/reference.py.
+const goldenDir = "../../testdata/golden"
+
+type goldenTokens struct {
+	Truncation struct {
+		MaxLength int `json:"max_length"`
+	} `json:"truncation"`
+	Items []struct {
+		Index     int     `json:"index"`
+		IDs       []int64 `json:"ids"`
+		TypeIDs   []int64 `json:"type_ids"`
+		Truncated bool    `json:"truncated"`
+	} `json:"items"`
+}
+
+func readJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func tokenizerPath(t testing.TB) string {
+	t.Helper()
+	models := os.Getenv("ORTSERVE_MODELS")
+	if models == "" {
+		t.Fatal("ORTSERVE_MODELS is not set: run these tests with `make test`")
+	}
+	return filepath.Join(models, "minilm", "tokenizer.json")
+}
+
+func TestMatchesPythonReference(t *testing.T) {
+	var texts []string
+	var golden goldenTokens
+	readJSON(t, filepath.Join(goldenDir, "texts.json"), &texts)
+	readJSON(t, filepath.Join(goldenDir, "tokens.json"), &golden)
+	tok, err := hf.Load(tokenizerPath(t), golden.Truncation.MaxLength)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	encs, err := tok.Encode(texts, tokenize.Options{Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(golden.Items) != len(texts) {
+		t.Fatalf("%d golden items for %d texts", len(golden.Items), len(texts))
+	}
+	truncated := 0
+	for _, g := range golden.Items {
+		e := encs[g.Index]
+		if !slices.Equal(e.IDs, g.IDs) || !slices.Equal(e.TypeIDs, g.TypeIDs) || e.Truncated != g.Truncated {
+			t.Errorf("text %d %q:\n got  %v %v truncated=%v\n want %v %v truncated=%v", g.Index, short(texts[g.Index]), e.IDs, e.TypeIDs, e.Truncated, g.IDs, g.TypeIDs, g.Truncated)
+		}
+		if g.Truncated {
+			truncated++
+		}
+	}
+	if truncated == 0 {
+		t.Error("the golden texts include no text over the maximum length")
+	}
+}
+
+func short(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+func TestTooLong(t *testing.T) {
+	tok, err := hf.Load(tokenizerPath(t), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	texts := []string{"one two three", "one two three four five six", "one two three four five six seven"}
+	encs, err := tok.Encode(texts, tokenize.Options{Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exactly at the maximum (6 words + [CLS] + [SEP]) is not truncated; one more is.
+	if encs[1].Len() != 8 || encs[1].Truncated || encs[2].Len() != 8 || !encs[2].Truncated || encs[2].IDs[7] != 102 {
+		t.Errorf("truncation: %+v / %+v", encs[1], encs[2])
+	}
+	_, err = tok.Encode(texts, tokenize.Options{})
+	var tl *tokenize.TooLongError
+	if !errors.As(err, &tl) || tl.Index != 2 || tl.Tokens != 9 || tl.Max != 8 {
+		t.Errorf("no truncation: %v", err)
+	}
+}
+
+func TestNULBytesAreDropped(t *testing.T) {
+	tok, err := hf.Load(tokenizerPath(t), 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	encs, _ := tok.Encode([]string{"hello\x00 world", "hello world"}, tokenize.Options{Truncate: true})
+	if !slices.Equal(encs[0].IDs, encs[1].IDs) {
+		t.Errorf("NUL changed the ids: %v vs %v", encs[0].IDs, encs[1].IDs)
+	}
+}
+
+func TestConcurrentEncode(t *testing.T) {
+	tok, err := hf.Load(tokenizerPath(t), 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	text := strings.Repeat("concurrency is not parallelism ", 10)
+	want, _ := tok.Encode([]string{text}, tokenize.Options{Truncate: true})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				got, err := tok.Encode([]string{text}, tokenize.Options{Truncate: true})
+				if err != nil || !slices.Equal(got[0].IDs, want[0].IDs) {
+					t.Error("concurrent encode differs")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	notJSON := filepath.Join(dir, "bad.json")
+	os.WriteFile(notJSON, []byte("{not json"), 0o644)
+	noModel := filepath.Join(dir, "nomodel.json")
+	os.WriteFile(noModel, []byte(`{"version":"1.0"}`), 0o644)
+	for _, tt := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing.json"), "no such file"},
+		{notJSON, "is not a tokenizer.json"},
+		{noModel, `no "model" section`},
+	} {
+		if _, err := hf.Load(tt.path, 16); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: got %v, want %q", tt.path, err, tt.want)
+		}
+	}
+	if _, err := hf.Load(tokenizerPath(t), 1); err == nil {
+		t.Error("max length 1 accepted")
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	tok, err := hf.Load(tokenizerPath(b), 256)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tok.Close()
+	for _, words := range []int{8, 48} {
+		text := strings.Repeat("serving models behind an slo ", words/6)
+		b.Run(fmt.Sprintf("words=%d", words), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				tok.Encode([]string{text}, tokenize.Options{Truncate: true})
+			}
+		})
+	}
+}
