@@ -28,7 +28,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "-X main.version=$(VERSION)"
 RUN_ENV      := ORTSERVE_ORT_LIB=$(ORT_LIB) ORTSERVE_MODELS=$(MODELS_DIR) ORTSERVE_DATA=$(DATA_DIR)
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all deps ort tokenizers venv data models golden build run test unit lint bench clean help
+.PHONY: all deps ort ort-cuda tokenizers venv data models golden build run test unit lint bench clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ deps: ort tokenizers ## fetch ONNX Runtime and build the tokenizer library into 
 
 ort: ## fetch the ONNX Runtime $(ORT_VERSION) C library from npm
 	@scripts/fetch-ort.sh $(ORT_DIR)
+
+ort-cuda: ## add ORT's CUDA 13 provider libraries next to the ORT library (GPU hosts; ~230 MB)
+	@scripts/fetch-ort-cuda.sh $(ORT_DIR)
 
 tokenizers: ## build libtokenizers.a for daulet/tokenizers v$(TOK_VERSION) with cargo
 	@scripts/build-tokenizers.sh $(TOK_DIR)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	ortgo "github.com/yalue/onnxruntime_go"
 
@@ -99,6 +100,22 @@ func (e *Env) Resolve(d Device, deviceID int) (p Provider, fallback string, err 
 	}
 }
 
+// ortError trims ONNX Runtime's source location and status prefix from an error, leaving
+// what a user can act on ("Failed to load library ...").
+func ortError(err error) error {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "[ONNXRuntimeError] : "); i >= 0 {
+		msg = msg[i+len("[ONNXRuntimeError] : "):]
+		if j := strings.Index(msg, " : "); j >= 0 && j < 16 { // "1 : FAIL : ..."
+			msg = msg[j+3:]
+		}
+		if j := strings.Index(msg, " : "); j >= 0 && j < 24 {
+			msg = msg[j+3:]
+		}
+	}
+	return errors.New(msg)
+}
+
 // appendCUDA adds the CUDA provider to opts. Updating the provider options is where ONNX
 // Runtime loads the provider library, so that is where a missing GPU or CUDA shows up.
 func appendCUDA(opts *ortgo.SessionOptions, deviceID int) error {
@@ -108,7 +125,7 @@ func appendCUDA(opts *ortgo.SessionOptions, deviceID int) error {
 	}
 	defer cuda.Destroy()
 	if err := cuda.Update(map[string]string{"device_id": strconv.Itoa(deviceID)}); err != nil {
-		return err
+		return ortError(err)
 	}
 	return opts.AppendExecutionProviderCUDA(cuda)
 }
