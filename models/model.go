@@ -51,7 +51,7 @@ func (e *WrongTaskError) Unwrap() error { return ErrWrongTask }
 // encoding, in order. Whether it batches them with other requests is its own business:
 // this is the seam where a dynamic batcher drops in.
 type Executor interface {
-	Execute(ctx context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, error)
+	Execute(ctx context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, runtime.ExecStats, error)
 	Close() error
 }
 
@@ -63,7 +63,7 @@ type Backend interface {
 	// Tokenizer loads a tokenizer.json for inputs of at most maxLen tokens.
 	Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
 	// Executor loads one version's file, reading the graph output named output.
-	Executor(path, output string) (Executor, error)
+	Executor(model, version, path, output string) (Executor, error)
 }
 
 // Version is one loaded variant of a model.
@@ -79,6 +79,7 @@ type Model struct {
 	Dir      string
 	tok      tokenize.Tokenizer
 	versions map[string]*Version
+	dim      int // see Dimension
 }
 
 // Open loads the model in dir: its config, its tokenizer and every version that may run on
@@ -100,7 +101,7 @@ func Open(dir string, b Backend, log *slog.Logger) (*Model, error) {
 			continue
 		}
 		path := filepath.Join(dir, vc.File)
-		exec, err := b.Executor(path, cfg.Output)
+		exec, err := b.Executor(cfg.Name, name, path, cfg.Output)
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("models: %s/%s: %w", cfg.Name, name, err)
@@ -126,13 +127,14 @@ func (m *Model) check() error {
 		return fmt.Errorf("models: %s: tokenizer: %w", m.Config.Name, err)
 	}
 	for _, name := range m.VersionNames() {
-		out, err := m.versions[name].exec.Execute(context.Background(), encs)
+		out, _, err := m.versions[name].exec.Execute(context.Background(), encs)
 		if err != nil {
 			return fmt.Errorf("models: %s/%s: a test run failed (does the tokenizer match the model?): %w", m.Config.Name, name, err)
 		}
 		if err := m.checkShape(out[0]); err != nil {
 			return fmt.Errorf("models: %s/%s: %w", m.Config.Name, name, err)
 		}
+		m.dim = int(out[0].Shape[len(out[0].Shape)-1])
 	}
 	return nil
 }
@@ -190,7 +192,9 @@ type Stats struct {
 	Tokens    int // real tokens, special tokens included
 	Truncated int // inputs cut to the maximum length
 	Tokenize  time.Duration
+	Queue     time.Duration // waiting to be batched and for a free session
 	Inference time.Duration
+	Batches   int           // inference batches the request's inputs went into
 	Finish    time.Duration // pooling, normalization, softmax
 }
 
@@ -217,9 +221,8 @@ func (m *Model) run(ctx context.Context, version string, task Task, texts []stri
 		}
 	}
 	st.Tokenize = time.Since(start)
-	start = time.Now()
-	out, err := v.exec.Execute(ctx, encs)
-	st.Inference = time.Since(start)
+	out, es, err := v.exec.Execute(ctx, encs)
+	st.Queue, st.Inference, st.Batches = es.Queue, es.Inference, es.Batches
 	if err != nil {
 		return nil, nil, st, err
 	}

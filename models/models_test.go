@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,6 +105,28 @@ func (f fakeTokenizer) Encode(texts []string, o tokenize.Options) ([]tokenize.En
 	}
 	return out, nil
 }
+
+// Tokens gives the same ids as Encode, one token per byte.
+func (f fakeTokenizer) Tokens(text string, addSpecial bool) ([]tokenize.Token, error) {
+	encs, err := f.Encode([]string{text}, tokenize.Options{Truncate: true})
+	if err != nil {
+		return nil, err
+	}
+	var out []tokenize.Token
+	for j, id := range encs[0].IDs {
+		special := j == 0 || j == len(encs[0].IDs)-1
+		if special && !addSpecial {
+			continue
+		}
+		tok := tokenize.Token{ID: id, Special: special}
+		if !special {
+			tok.Text, tok.Start, tok.Stop = text[j-1:j], j-1, j
+		}
+		out = append(out, tok)
+	}
+	return out, nil
+}
+
 func (f fakeTokenizer) MaxLength() int { return f.max }
 func (f fakeTokenizer) Close() error   { return nil }
 
@@ -114,7 +137,7 @@ type fakeExec struct {
 	closed   *int
 }
 
-func (f fakeExec) Execute(_ context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, error) {
+func (f fakeExec) Execute(_ context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, runtime.ExecStats, error) {
 	out := make([]runtime.Tensor, len(encs))
 	for i, e := range encs {
 		if f.classify {
@@ -135,7 +158,7 @@ func (f fakeExec) Execute(_ context.Context, encs []tokenize.Encoding) ([]runtim
 		}
 		out[i] = t
 	}
-	return out, nil
+	return out, runtime.ExecStats{Batches: 1}, nil
 }
 func (f fakeExec) Close() error { *f.closed++; return nil }
 
@@ -150,7 +173,7 @@ func (b *fakeBackend) Device() string { return b.device }
 func (b *fakeBackend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error) {
 	return fakeTokenizer{maxLen}, nil
 }
-func (b *fakeBackend) Executor(path, output string) (models.Executor, error) {
+func (b *fakeBackend) Executor(model, version, path, output string) (models.Executor, error) {
 	if filepath.Base(path) == b.fail {
 		return nil, errors.New("corrupt file")
 	}
@@ -289,5 +312,29 @@ func TestSoftmaxNormalize(t *testing.T) {
 	cls := models.Pool(models.PoolingCLS, runtime.Tensor{Shape: []int64{2, 2}, Data: []float32{1, 2, 3, 4}}, 2)
 	if cls[0] != 1 || cls[1] != 2 {
 		t.Errorf("cls pooling %v", cls)
+	}
+}
+
+func TestTokenizeAndDimension(t *testing.T) {
+	dir := writeModel(t, t.TempDir(), "emb", embedYAML)
+	m, err := models.Open(dir, &fakeBackend{device: "cpu"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Dimension() != 2 {
+		t.Errorf("dimension %d, want the hidden size 2", m.Dimension())
+	}
+	toks, err := m.Tokenize([]string{"ab", "far too long"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []tokenize.Token{{ID: 1, Special: true}, {ID: 'a', Text: "a", Stop: 1}, {ID: 'b', Text: "b", Start: 1, Stop: 2}, {ID: 2, Special: true}}
+	if !slices.Equal(toks[0], want) || len(toks[1]) != 8 {
+		t.Errorf("got %+v, want %+v and 8 tokens for the long text", toks, want)
+	}
+	toks, _ = m.Tokenize([]string{"ab"}, false)
+	if !slices.Equal(toks[0], want[1:3]) {
+		t.Errorf("without special tokens: %+v", toks[0])
 	}
 }

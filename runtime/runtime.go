@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ortserve/ortserve/tokenize"
 )
@@ -113,18 +114,22 @@ type Direct struct {
 }
 
 // Execute returns one tensor per encoding, in order.
-func (d Direct) Execute(ctx context.Context, encs []tokenize.Encoding) ([]Tensor, error) {
+func (d Direct) Execute(ctx context.Context, encs []tokenize.Encoding) ([]Tensor, ExecStats, error) {
 	step := d.MaxBatch
 	if step <= 0 {
 		step = len(encs)
 	}
+	start := time.Now()
+	var st ExecStats
 	out := make([]Tensor, 0, len(encs))
-	for start := 0; start < len(encs); start += step {
-		t, err := d.Runner.Run(ctx, tokenize.Pad(encs[start:min(start+step, len(encs))]))
+	for i := 0; i < len(encs); i += step {
+		t, err := d.Runner.Run(ctx, tokenize.Pad(encs[i:min(i+step, len(encs))]))
+		st.Batches++
 		if err != nil {
-			return nil, err
+			return nil, st, err
 		}
 		out = append(out, t.Rows()...)
 	}
-	return out, nil
+	st.Inference = time.Since(start)
+	return out, st, nil
 }

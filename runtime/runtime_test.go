@@ -17,12 +17,14 @@ type fakeSession struct {
 	delay  time.Duration
 	mu     sync.Mutex
 	runs   int
+	shapes [][2]int // rows, cols of each run
 	closed bool
 }
 
 func (f *fakeSession) Run(ctx context.Context, b tokenize.Batch) (runtime.Tensor, error) {
 	f.mu.Lock()
 	f.runs++
+	f.shapes = append(f.shapes, [2]int{b.Rows, b.Cols})
 	closed := f.closed
 	f.mu.Unlock()
 	if closed {
@@ -125,11 +127,11 @@ func TestDirectChunksAndKeepsOrder(t *testing.T) {
 	encs := []tokenize.Encoding{
 		{IDs: []int64{10}}, {IDs: []int64{11, 0, 0}}, {IDs: []int64{12}}, {IDs: []int64{13, 1}}, {IDs: []int64{14}},
 	}
-	out, err := d.Execute(t.Context(), encs)
+	out, st, err := d.Execute(t.Context(), encs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != len(encs) || s.runs != 3 {
+	if len(out) != len(encs) || s.runs != 3 || st.Batches != 3 {
 		t.Fatalf("%d outputs in %d runs, want 5 in 3", len(out), s.runs)
 	}
 	wantCols := []float32{3, 3, 2, 2, 1} // each chunk padded to its own longest

@@ -121,6 +121,8 @@ type ModelInfo struct {
 	DefaultVersion string   `json:"default_version"`
 	Pooling        string   `json:"pooling,omitempty"`
 	Labels         []string `json:"labels,omitempty"`
+	// Dimension is the output vector's length: hidden size or number of labels (0: unknown).
+	Dimension int `json:"dimension,omitempty"`
 }
 
 // decodeJSON reads one JSON value into v, refusing trailing data.

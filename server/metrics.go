@@ -1,23 +1,79 @@
 package server
 
 import (
+	"strconv"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime"
 )
 
-// Metrics are the server's Prometheus metrics, on a registry the caller owns.
+// Metrics are ortserve's Prometheus metrics, on a registry the caller owns. Names follow
+// Prometheus conventions; docs/metrics.md maps them to Triton's and TEI's.
 type Metrics struct {
-	provider *prometheus.GaugeVec
+	provider    *prometheus.GaugeVec
+	requests    *prometheus.CounterVec
+	inFlight    prometheus.Gauge
+	tokenize    *prometheus.HistogramVec
+	queue       *prometheus.HistogramVec
+	inference   *prometheus.HistogramVec
+	postprocess *prometheus.HistogramVec
+	total       *prometheus.HistogramVec
+	truncated   *prometheus.CounterVec
+	expired     *prometheus.CounterVec
+	batchSize   *prometheus.HistogramVec
+	batchTokens *prometheus.HistogramVec
+	queueDepth  *prometheus.GaugeVec
+	running     *prometheus.GaugeVec
 }
 
-// NewMetrics registers the server's metrics on reg.
+// latencyBuckets resolve 50 µs to 20 s; native histograms are exported as well.
+var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 20, 28)
+
+// NewMetrics registers the metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	mv := []string{"model", "version"}
+	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: name, Help: help, Buckets: buckets,
+			NativeHistogramBucketFactor: 1.1, NativeHistogramMaxBucketNumber: 160,
+		}, mv)
+	}
 	m := &Metrics{
 		provider: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ortserve_execution_provider_info",
 			Help: "Execution provider each model version runs on (value is always 1).",
 		}, []string{"model", "version", "provider"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ortserve_requests_total", Help: "Requests answered, by model, version, route and HTTP status code.",
+		}, []string{"model", "version", "route", "code"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ortserve_requests_in_flight", Help: "Inference requests being served now.",
+		}),
+		tokenize:    hist("ortserve_tokenize_duration_seconds", "Time tokenizing a request's inputs.", latencyBuckets),
+		queue:       hist("ortserve_queue_duration_seconds", "Time a request's inputs waited to be batched and for a free session.", latencyBuckets),
+		inference:   hist("ortserve_inference_duration_seconds", "Time from a request's last batch dispatch to its result (ONNX Runtime run).", latencyBuckets),
+		postprocess: hist("ortserve_postprocess_duration_seconds", "Time pooling, normalizing or applying softmax.", latencyBuckets),
+		total:       hist("ortserve_request_duration_seconds", "Time from request to response, for successful inference requests.", latencyBuckets),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ortserve_truncated_inputs_total", Help: "Inputs cut to the model's max length.",
+		}, mv),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ortserve_expired_requests_total", Help: "Requests dropped from the queue because their deadline passed or their client left.",
+		}, mv),
+		batchSize:   hist("ortserve_batch_size", "Rows per inference batch.", prometheus.ExponentialBuckets(1, 2, 10)),
+		batchTokens: hist("ortserve_batch_tokens", "Padded tokens (rows × longest) per inference batch.", prometheus.ExponentialBuckets(8, 2, 14)),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ortserve_queue_requests", Help: "Requests waiting in a version's queue.",
+		}, mv),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ortserve_batches_in_flight", Help: "Batches running on a version's sessions now.",
+		}, mv),
 	}
-	reg.MustRegister(m.provider)
+	reg.MustRegister(m.provider, m.requests, m.inFlight, m.tokenize, m.queue, m.inference, m.postprocess,
+		m.total, m.truncated, m.expired, m.batchSize, m.batchTokens, m.queueDepth, m.running)
 	return m
 }
 
@@ -29,3 +85,48 @@ func (m *Metrics) SetProviders(provider string, infos []ModelInfo) {
 		}
 	}
 }
+
+// observe records one answered request.
+func (m *Metrics) observe(route, model, version string, code int, st models.Stats, total time.Duration) {
+	m.requests.WithLabelValues(model, version, route, strconv.Itoa(code)).Inc()
+	if code != 200 || model == "" {
+		return
+	}
+	m.tokenize.WithLabelValues(model, version).Observe(st.Tokenize.Seconds())
+	m.queue.WithLabelValues(model, version).Observe(st.Queue.Seconds())
+	m.inference.WithLabelValues(model, version).Observe(st.Inference.Seconds())
+	m.postprocess.WithLabelValues(model, version).Observe(st.Finish.Seconds())
+	m.total.WithLabelValues(model, version).Observe(total.Seconds())
+	if st.Truncated > 0 {
+		m.truncated.WithLabelValues(model, version).Add(float64(st.Truncated))
+	}
+}
+
+// Observer returns what a version's batcher reports to.
+func (m *Metrics) Observer(model, version string) runtime.Observer {
+	return batchObserver{
+		size:    m.batchSize.WithLabelValues(model, version),
+		tokens:  m.batchTokens.WithLabelValues(model, version),
+		depth:   m.queueDepth.WithLabelValues(model, version),
+		running: m.running.WithLabelValues(model, version),
+		expired: m.expired.WithLabelValues(model, version),
+	}
+}
+
+type batchObserver struct {
+	size, tokens   prometheus.Observer
+	depth, running prometheus.Gauge
+	expired        prometheus.Counter
+}
+
+func (o batchObserver) Batch(rows, padded, _ int) {
+	o.size.Observe(float64(rows))
+	o.tokens.Observe(float64(padded))
+}
+
+func (o batchObserver) Queue(requests, running int) {
+	o.depth.Set(float64(requests))
+	o.running.Set(float64(running))
+}
+
+func (o batchObserver) Expired() { o.expired.Inc() }

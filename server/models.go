@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/tokenize"
 )
 
 // Pipeline is what the server needs of one model.
@@ -11,6 +12,8 @@ type Pipeline interface {
 	Embed(ctx context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error)
 	Classify(ctx context.Context, version string, texts []string, o models.ClassifyOptions) ([][]float32, models.Stats, error)
 	Labels() []string
+	// Tokenize returns each text's tokens for display (/tokenize); the slices are the caller's.
+	Tokenize(texts []string, addSpecial bool) ([][]tokenize.Token, error)
 }
 
 // Repository is what the server needs of the model repository.
@@ -48,7 +51,7 @@ func (r repo) Describe() []ModelInfo {
 		out = append(out, ModelInfo{
 			Name: c.Name, Task: string(c.Task), MaxLength: c.MaxLength,
 			Versions: m.VersionNames(), DefaultVersion: c.DefaultVersion,
-			Pooling: string(c.Pooling), Labels: c.Labels,
+			Pooling: string(c.Pooling), Labels: c.Labels, Dimension: m.Dimension(),
 		})
 	}
 	return out

@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
@@ -36,27 +38,36 @@ type Config struct {
 	Info Info
 	// Metrics, when set, is served at /metrics.
 	Metrics http.Handler
+	// MaxInFlight bounds the inference requests served at once; past it, 429 at once.
+	MaxInFlight int
+	// RequestTimeout is a request's deadline when it sets no X-Request-Timeout; 0: none.
+	RequestTimeout time.Duration
 }
 
 // DefaultConfig has the defaults `server serve` uses.
 func DefaultConfig() Config {
-	return Config{MaxBodyBytes: 2 << 20, MaxInputs: 32, AutoTruncate: true}
+	return Config{MaxBodyBytes: 2 << 20, MaxInputs: 32, AutoTruncate: true, MaxInFlight: 512}
 }
 
 // Server serves the API over a Repository.
 type Server struct {
-	cfg   Config
-	repo  Repository
-	log   *slog.Logger
-	ready atomic.Bool
+	cfg      Config
+	repo     Repository
+	log      *slog.Logger
+	metrics  *Metrics
+	ready    atomic.Bool
+	inFlight chan struct{} // a token per inference request being served
 }
 
-// New makes a Server; it is not ready until SetReady(true).
-func New(cfg Config, repo Repository, log *slog.Logger) *Server {
+// New makes a Server; it is not ready until SetReady(true). metrics may be nil.
+func New(cfg Config, repo Repository, log *slog.Logger, metrics *Metrics) *Server {
 	cfg.Info.Models = repo.Describe()
 	cfg.Info.MaxInputs = cfg.MaxInputs
 	cfg.Info.AutoTruncate = cfg.AutoTruncate
-	return &Server{cfg: cfg, repo: repo, log: log}
+	if metrics == nil {
+		metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight))}
 }
 
 // SetReady flips readiness: /health answers 503 while not ready, as during shutdown.
@@ -67,8 +78,22 @@ func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/health", s.health)
 	r.Get("/info", s.info)
-	r.Post("/embed", s.embed)
-	r.Post("/predict", s.predict)
+	r.With(s.admit("/embed")).Post("/embed", s.embed)
+	r.With(s.admit("/predict")).Post("/predict", s.predict)
+	r.Post("/tokenize", s.tokenize)
+	// OpenAI and KServe answer errors in their own shape; statuses stay fail's (errshape.go).
+	openAI := r.With(shapeErrors(openAIShape))
+	openAI.With(s.admit("/v1/embeddings")).Post("/v1/embeddings", s.openAIEmbeddings)
+	kserve := r.With(shapeErrors(kserveShape))
+	kserve.Get("/v2/health/live", s.kserveLive)
+	kserve.Get("/v2/health/ready", s.kserveReady)
+	kserve.Get("/v2/models/{model}", s.kserveMetadata)
+	kserve.Get("/v2/models/{model}/ready", s.kserveModelReady)
+	kserve.With(s.admit("/v2/models/{model}/infer")).Post("/v2/models/{model}/infer", s.kserveInfer)
+	kserve.Get("/v2/models/{model}/versions/{version}", s.kserveMetadata)
+	kserve.Get("/v2/models/{model}/versions/{version}/ready", s.kserveModelReady)
+	kserve.With(s.admit("/v2/models/{model}/versions/{version}/infer")).Post("/v2/models/{model}/versions/{version}/infer", s.kserveInfer)
+	r.Get("/openapi.json", s.openAPI)
 	if s.cfg.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", s.cfg.Metrics)
 	}
@@ -93,6 +118,86 @@ func (s *Server) info(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.cfg.Info)
 }
 
+// reqInfo is what a handler learns about a request that its metrics need.
+type reqInfo struct {
+	model, version string
+	stats          models.Stats
+}
+
+type infoKey struct{}
+
+// note records, for metrics, which model version served the request and how.
+func note(r *http.Request, model string, st models.Stats) {
+	if ri, ok := r.Context().Value(infoKey{}).(*reqInfo); ok {
+		ri.model, ri.version, ri.stats = model, st.Version, st
+	}
+}
+
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// admit guards an inference route: the global in-flight cap (429 at once past it), the
+// request's deadline, and its metrics.
+func (s *Server) admit(route string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			sw := &statusWriter{ResponseWriter: w}
+			ri := &reqInfo{}
+			defer func() {
+				s.metrics.observe(route, ri.model, ri.version, cmp.Or(sw.code, http.StatusOK), ri.stats, time.Since(start))
+			}()
+			select {
+			case s.inFlight <- struct{}{}:
+				defer func() { <-s.inFlight }()
+			default:
+				sw.Header().Set("Retry-After", "1")
+				writeError(sw, http.StatusTooManyRequests, "Overloaded", fmt.Sprintf("the server is at its limit of %d requests in flight: retry after a second", cap(s.inFlight)))
+				return
+			}
+			s.metrics.inFlight.Inc()
+			defer s.metrics.inFlight.Dec()
+			timeout := s.cfg.RequestTimeout
+			if h := r.Header.Get("X-Request-Timeout"); h != "" {
+				d, err := parseTimeout(h)
+				if err != nil {
+					writeError(sw, http.StatusBadRequest, "Validation", "X-Request-Timeout "+strconv.Quote(h)+": give milliseconds or a duration such as 250ms")
+					return
+				}
+				timeout = d
+			}
+			ctx := context.WithValue(r.Context(), infoKey{}, ri)
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			next.ServeHTTP(sw, r.WithContext(ctx))
+		})
+	}
+}
+
+func parseTimeout(h string) (time.Duration, error) {
+	if ms, err := strconv.ParseFloat(h, 64); err == nil && ms > 0 {
+		return time.Duration(ms * float64(time.Millisecond)), nil
+	}
+	d, err := time.ParseDuration(h)
+	if err == nil && d <= 0 {
+		err = errors.New("not positive")
+	}
+	return d, err
+}
+
 func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req EmbedRequest
@@ -113,6 +218,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	note(r, name, st)
 	setTiming(w, name, st, start)
 	writeJSON(w, http.StatusOK, vecs)
 }
@@ -153,6 +259,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		}
 		slices.SortStableFunc(out[i], func(a, b Prediction) int { return cmpDesc(a.Score, b.Score) })
 	}
+	note(r, name, st)
 	setTiming(w, name, st, start)
 	if req.Inputs.Single {
 		writeJSON(w, http.StatusOK, out[0])
@@ -218,6 +325,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		wrongTask *models.WrongTaskError
 	)
 	switch {
+	case errors.Is(err, runtime.ErrQueueFull):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "Overloaded", "the model version's queue is full: retry after a second")
 	case errors.As(err, &tooLong):
 		writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
 	case errors.As(err, &unknown):
@@ -255,6 +365,7 @@ func setTiming(w http.ResponseWriter, model string, st models.Stats, start time.
 	h.Set("x-model-version", model+"/"+st.Version)
 	h.Set("x-compute-tokens", strconv.Itoa(st.Tokens))
 	h.Set("x-tokenization-time", ms(st.Tokenize))
+	h.Set("x-queue-time", ms(st.Queue))
 	h.Set("x-inference-time", ms(st.Inference))
 	h.Set("x-total-time", ms(time.Since(start)))
 	if st.Truncated > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -63,6 +64,34 @@ func (f *fakeModel) Classify(_ context.Context, version string, texts []string, 
 
 func (f *fakeModel) Labels() []string { return []string{"negative", "positive"} }
 
+// Tokenize gives a token per space-separated word, with id the word's length, between
+// [CLS]=101 and [SEP]=102.
+func (f *fakeModel) Tokenize(texts []string, addSpecial bool) ([][]tokenize.Token, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := make([][]tokenize.Token, len(texts))
+	for i, text := range texts {
+		toks := []tokenize.Token{}
+		if addSpecial {
+			toks = append(toks, tokenize.Token{ID: 101, Text: "[CLS]", Special: true})
+		}
+		start := 0
+		for _, w := range strings.SplitAfter(text, " ") {
+			word := strings.TrimSuffix(w, " ")
+			if word != "" {
+				toks = append(toks, tokenize.Token{ID: int64(len(word)), Text: strings.ToLower(word), Start: start, Stop: start + len(word)})
+			}
+			start += len(w)
+		}
+		if addSpecial {
+			toks = append(toks, tokenize.Token{ID: 102, Text: "[SEP]", Special: true})
+		}
+		out[i] = toks
+	}
+	return out, nil
+}
+
 type fakeRepo map[string]*fakeModel
 
 func (r fakeRepo) Lookup(name string, task models.Task) (Pipeline, string, error) {
@@ -89,7 +118,7 @@ func newTestServer(t *testing.T, repo fakeRepo) *httptest.Server {
 	cfg := DefaultConfig()
 	cfg.MaxInputs = 4
 	cfg.MaxBodyBytes = 1 << 10
-	s := New(cfg, repo, slog.New(slog.DiscardHandler))
+	s := New(cfg, repo, slog.New(slog.DiscardHandler), nil)
 	s.SetReady(true)
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
@@ -217,7 +246,7 @@ func TestHealthInfoMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	cfg.Info = Info{Version: "test", Provider: "CPUExecutionProvider"}
-	s := New(cfg, fakeRepo{}, slog.New(slog.DiscardHandler))
+	s := New(cfg, fakeRepo{}, slog.New(slog.DiscardHandler), m)
 	m.SetProviders("CPUExecutionProvider", s.cfg.Info.Models)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
@@ -250,7 +279,7 @@ func TestHealthInfoMetrics(t *testing.T) {
 # TYPE ortserve_execution_provider_info gauge
 ortserve_execution_provider_info{model="emb",provider="CPUExecutionProvider",version="v1"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ortserve_execution_provider_info"); err != nil {
 		t.Error(err)
 	}
 }
@@ -283,4 +312,103 @@ func FuzzEmbedRequest(f *testing.F) {
 		var req EmbedRequest
 		_ = decodeJSON([]byte(data), &req) // must not panic
 	})
+}
+
+// blockingModel holds every request until release is closed.
+type blockingModel struct {
+	fakeModel
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingModel) Embed(ctx context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error) {
+	b.started <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, models.Stats{}, ctx.Err()
+	}
+	return [][]float32{{1}}, models.Stats{Version: "v1"}, nil
+}
+
+type oneRepo struct{ p Pipeline }
+
+func (r oneRepo) Lookup(string, models.Task) (Pipeline, string, error) { return r.p, "emb", nil }
+func (r oneRepo) Describe() []ModelInfo                                { return nil }
+
+func TestInFlightCapAndDeadline(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxInFlight = 2
+	reg := prometheus.NewRegistry()
+	m := &blockingModel{fakeModel: fakeModel{task: models.TaskEmbed}, started: make(chan struct{}, 4), release: make(chan struct{})}
+	s := New(cfg, oneRepo{m}, slog.New(slog.DiscardHandler), NewMetrics(reg))
+	s.SetReady(true)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, _ := post(t, ts.URL+"/embed", `{"inputs":"a"}`)
+			done <- resp.StatusCode
+		}()
+		<-m.started
+	}
+	// Two in flight: the third is refused at once with 429 and Retry-After.
+	resp, body := post(t, ts.URL+"/embed", `{"inputs":"a"}`)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "Overloaded") {
+		t.Errorf("over the cap: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if v := testutil.ToFloat64(s.metrics.inFlight); v != 2 {
+		t.Errorf("in flight gauge %v, want 2", v)
+	}
+	close(m.release)
+	for range 2 {
+		if c := <-done; c != 200 {
+			t.Errorf("admitted request got %d", c)
+		}
+	}
+	// A request deadline from the header: the blocked model sees its context end.
+	m.release = make(chan struct{})
+	req, _ := http.NewRequest("POST", ts.URL+"/embed", strings.NewReader(`{"inputs":"a"}`))
+	req.Header.Set("X-Request-Timeout", "20ms")
+	go func() { <-m.started }()
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != 504 {
+		t.Errorf("deadline: %d, want 504", r2.StatusCode)
+	}
+	req.Header.Set("X-Request-Timeout", "soon")
+	req.Body = io.NopCloser(strings.NewReader(`{"inputs":"a"}`))
+	if r3, _ := http.DefaultClient.Do(req); r3 == nil || r3.StatusCode != 400 {
+		t.Errorf("bad timeout header accepted")
+	}
+	if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues("", "", "/embed", "429")); got != 1 {
+		t.Errorf("requests_total{code=429} = %v", got)
+	}
+}
+
+func TestQueueFullIs429(t *testing.T) {
+	ts := newTestServer(t, fakeRepo{"emb": {task: models.TaskEmbed, err: fmt.Errorf("batcher: %w", runtime.ErrQueueFull)}})
+	resp, body := post(t, ts.URL+"/embed", `{"inputs":"a"}`)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body, "queue is full") {
+		t.Errorf("got %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
+
+func TestPhaseMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := New(DefaultConfig(), fakeRepo{"emb": {task: models.TaskEmbed}}, slog.New(slog.DiscardHandler), NewMetrics(reg))
+	s.SetReady(true)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	post(t, ts.URL+"/embed", `{"inputs":["a","b"]}`)
+	for _, name := range []string{"ortserve_tokenize_duration_seconds", "ortserve_queue_duration_seconds", "ortserve_inference_duration_seconds", "ortserve_postprocess_duration_seconds", "ortserve_request_duration_seconds"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 1 {
+			t.Errorf("%s: %d series, %v", name, n, err)
+		}
+	}
 }

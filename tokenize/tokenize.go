@@ -46,10 +46,26 @@ type Options struct {
 	Truncate bool
 }
 
+// Token is one token of a text as a person reads it: what /tokenize shows.
+type Token struct {
+	ID int64
+	// Text is the vocabulary's token, e.g. "[CLS]", "hello" or "##ing" (normalized: a
+	// lower-casing tokenizer gives "hello" for "Hello").
+	Text string
+	// Special is true for tokens the tokenizer added around the text, such as [CLS] and [SEP].
+	Special bool
+	// Start and Stop are byte offsets into the text: text[Start:Stop] is where the token came
+	// from. Both are 0 for special tokens.
+	Start, Stop int
+}
+
 // Tokenizer encodes texts. Implementations must be safe for concurrent use.
 type Tokenizer interface {
 	// Encode encodes each text with the model's special tokens.
 	Encode(texts []string, opts Options) ([]Encoding, error)
+	// Tokens encodes one text for display, with or without the special tokens, cut at the
+	// maximum length as Encode with Truncate does. The slice belongs to the caller.
+	Tokens(text string, addSpecial bool) ([]Token, error)
 	// MaxLength is the most tokens one encoding may have.
 	MaxLength() int
 	// Close releases native resources; no Encode may be running or start after it.

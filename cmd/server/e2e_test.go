@@ -164,6 +164,8 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("OpenAI, KServe and tokenize", func(t *testing.T) { testCompat(t, url, texts) })
+
 	t.Run("info, health and metrics", func(t *testing.T) {
 		var info struct {
 			Provider       string `json:"provider"`

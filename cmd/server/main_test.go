@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
 
@@ -30,8 +32,18 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "cmd/server: ORTSERVE_ORT_LIB and ORTSERVE_MODELS are not set: run these tests with `make test`")
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	var err error
+	if testEnv, err = ort.Open(os.Getenv("ORTSERVE_ORT_LIB")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	testEnv.Close()
+	os.Exit(code)
 }
+
+// testEnv is this test process's ONNX Runtime environment, shared by in-process servers.
+var testEnv *ort.Env
 
 func TestUsage(t *testing.T) {
 	tests := []struct {
@@ -45,7 +57,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"gate"}, 2, "server gate is not implemented yet"},
 		{[]string{"inspect"}, 2, "server inspect is not implemented yet"},
 		{[]string{"serve", "--device", "tpu"}, 2, `unknown device "tpu"`},
-		{[]string{"serve", "--max-batch", "0"}, 2, "--max-batch"},
+		{[]string{"serve", "--max-batch", "0"}, 2, "max_batch_size"},
 		{[]string{"serve", "extra"}, 2, "unexpected arguments"},
 		{[]string{"version"}, 0, ""},
 	}
@@ -187,13 +199,17 @@ func TestStartupFailures(t *testing.T) {
 
 // startServer runs `server serve` in this process on a free port and stops it when the
 // test ends; it returns the base URL.
-func startServer(t *testing.T, args ...string) string {
+func startServer(t testing.TB, args ...string) string {
 	t.Helper()
+	c, err := parseServe(append([]string{"--addr", "127.0.0.1:0", "--device", "cpu"}, args...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- runServe(ctx, append([]string{"--addr", "127.0.0.1:0", "--device", "cpu"}, args...), pw)
+		done <- serve(ctx, c, testEnv, slog.New(slog.DiscardHandler), pw)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')

@@ -36,7 +36,7 @@ type serveConfig struct {
 	DeviceID int
 	Sessions int // per model version; 0: one per core on CPU, 1 on CUDA
 	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
-	MaxBatch int // most rows one run takes
+	Batch    runtime.BatchConfig
 	Grace    time.Duration
 	Strict   bool
 	HTTP     server.Config
@@ -80,7 +80,12 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.DeviceID, "device-id", envInt("ORTSERVE_DEVICE_ID", 0), "CUDA device (ORTSERVE_DEVICE_ID)")
 	fs.IntVar(&c.Sessions, "sessions", envInt("ORTSERVE_SESSIONS", 0), "sessions per model version; 0: one per core on CPU, 1 on CUDA (ORTSERVE_SESSIONS)")
 	fs.IntVar(&c.Threads, "threads", envInt("ORTSERVE_THREADS", 0), "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA (ORTSERVE_THREADS)")
-	fs.IntVar(&c.MaxBatch, "max-batch", envInt("ORTSERVE_MAX_BATCH", 32), "most texts one inference run takes (ORTSERVE_MAX_BATCH)")
+	c.Batch = runtime.DefaultBatchConfig()
+	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", envInt("ORTSERVE_MAX_BATCH", c.Batch.MaxBatchSize), "most texts one inference batch takes (ORTSERVE_MAX_BATCH)")
+	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")
+	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "longest a text waits for others to batch with while a session is free")
+	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
+	fs.IntVar(&c.Batch.MaxQueueTokens, "max-queue-tokens", c.Batch.MaxQueueTokens, "tokens that may wait per model version; past it, 429")
 	fs.DurationVar(&c.Grace, "grace", 30*time.Second, "how long shutdown waits for requests in flight")
 	fs.BoolVar(&c.Strict, "strict-placement", false, "fail to load a CUDA version if any node would fall back to CPU")
 	fs.IntVar(&c.HTTP.MaxInputs, "max-inputs", c.HTTP.MaxInputs, "most texts in one request")
@@ -95,8 +100,11 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	if _, err := ort.ParseDevice(c.Device); err != nil {
 		return c, fmt.Errorf("%v (%w)", err, errUsage)
 	}
-	if c.Sessions < 0 || c.Threads < 0 || c.MaxBatch < 1 || c.HTTP.MaxInputs < 1 || c.HTTP.MaxBodyBytes < 1 {
-		return c, fmt.Errorf("--sessions and --threads must be ≥ 0; --max-batch, --max-inputs and --max-body-bytes ≥ 1 (%w)", errUsage)
+	if c.Sessions < 0 || c.Threads < 0 || c.HTTP.MaxInputs < 1 || c.HTTP.MaxBodyBytes < 1 {
+		return c, fmt.Errorf("--sessions and --threads must be ≥ 0; --max-inputs and --max-body-bytes ≥ 1 (%w)", errUsage)
+	}
+	if err := c.Batch.Validate(); err != nil {
+		return c, fmt.Errorf("%v (%w)", err, errUsage)
 	}
 	return c, nil
 }
@@ -106,13 +114,17 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-
 	env, err := ort.Open(c.ORTLib)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
+	return serve(ctx, c, env, slog.New(slog.NewTextHandler(os.Stderr, nil)), stdout)
+}
+
+// serve serves until ctx ends, on an ONNX Runtime environment the caller owns (one per
+// process). It prints the listening address to stdout once ready.
+func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, stdout io.Writer) error {
 	device, _ := ort.ParseDevice(c.Device)
 	provider, why, err := env.Resolve(device, c.DeviceID)
 	if err != nil {
@@ -121,8 +133,11 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	if why != "" {
 		log.Warn("CUDA unavailable, serving on CPU", "reason", why)
 	}
-	b := newBackend(env, c, provider)
+	reg := prometheus.NewRegistry()
+	metrics := server.NewMetrics(reg)
+	b := newBackend(env, c, provider, metrics)
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
+	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests)
 
 	repo, err := models.OpenRepository(c.Models, b, log)
 	if err != nil {
@@ -130,11 +145,9 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer repo.Close()
 
-	reg := prometheus.NewRegistry()
-	metrics := server.NewMetrics(reg)
 	c.HTTP.Info = server.Info{Version: version, ORTVersion: env.Version(), Device: c.Device, Provider: string(provider), FallbackReason: why}
 	c.HTTP.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
-	srv := server.New(c.HTTP, server.FromModels(repo), log)
+	srv := server.New(c.HTTP, server.FromModels(repo), log, metrics)
 	metrics.SetProviders(string(provider), server.FromModels(repo).Describe())
 
 	ln, err := net.Listen("tcp", c.Addr)
@@ -175,11 +188,12 @@ type backend struct {
 	opts     ort.Options
 	sessions int
 	threads  int
-	maxBatch int
+	batch    runtime.BatchConfig
+	metrics  *server.Metrics
 }
 
-func newBackend(env *ort.Env, c serveConfig, p ort.Provider) *backend {
-	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, maxBatch: c.MaxBatch}
+func newBackend(env *ort.Env, c serveConfig, p ort.Provider, m *server.Metrics) *backend {
+	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, batch: c.Batch, metrics: m}
 	if p == ort.ProviderCPU {
 		// Measured on a 2-core machine: several single-thread sessions beat one session with
 		// many threads, and a multi-thread session shared by goroutines oversubscribes.
@@ -207,7 +221,7 @@ func (b *backend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
 	return hf.Load(path, maxLen)
 }
 
-func (b *backend) Executor(path, output string) (models.Executor, error) {
+func (b *backend) Executor(model, version, path, output string) (models.Executor, error) {
 	o := b.opts
 	o.Output = output
 	sessions := make([]runtime.Session, 0, b.sessions)
@@ -222,13 +236,17 @@ func (b *backend) Executor(path, output string) (models.Executor, error) {
 		sessions = append(sessions, s)
 	}
 	pool := runtime.NewPool(sessions)
-	return directExecutor{Direct: runtime.Direct{Runner: pool, MaxBatch: b.maxBatch}, pool: pool}, nil
+	return batchExecutor{runtime.NewBatcher(b.batch, pool, b.metrics.Observer(model, version)), pool}, nil
 }
 
-// directExecutor runs each request on the pool without batching across requests.
-type directExecutor struct {
-	runtime.Direct
+// batchExecutor is a version's dynamic batcher over its session pool.
+type batchExecutor struct {
+	*runtime.Batcher
 	pool *runtime.Pool
 }
 
-func (d directExecutor) Close() error { return d.pool.Close() }
+// Close serves what was admitted, then releases the sessions.
+func (e batchExecutor) Close() error {
+	e.Batcher.Close()
+	return e.pool.Close()
+}

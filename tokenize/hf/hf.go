@@ -105,6 +105,44 @@ func encode(tk *tokenizers.Tokenizer, text string) tokenize.Encoding {
 	return e
 }
 
+// Tokens encodes one text for display with the truncating tokenizer. The Rust side reports
+// offsets in bytes of the UTF-8 text, which is what Token wants; NUL bytes, dropped before
+// encoding as in Encode, are counted back in so that offsets index text itself.
+func (t *Tokenizer) Tokens(text string, addSpecial bool) ([]tokenize.Token, error) {
+	clean, pos := text, []int(nil)
+	if strings.IndexByte(text, 0) >= 0 {
+		clean = strings.ReplaceAll(text, "\x00", "")
+		pos = make([]int, 0, len(clean)) // pos[i] is where clean[i] is in text
+		for i := range len(text) {
+			if text[i] != 0 {
+				pos = append(pos, i)
+			}
+		}
+	}
+	enc := t.trunc.EncodeWithOptions(clean, addSpecial,
+		tokenizers.WithReturnTokens(), tokenizers.WithReturnOffsets(), tokenizers.WithReturnSpecialTokensMask())
+	if len(enc.Tokens) != len(enc.IDs) || len(enc.Offsets) != len(enc.IDs) || len(enc.SpecialTokensMask) != len(enc.IDs) {
+		return nil, fmt.Errorf("hf: the tokenizer returned %d ids but %d tokens, %d offsets and %d special flags",
+			len(enc.IDs), len(enc.Tokens), len(enc.Offsets), len(enc.SpecialTokensMask))
+	}
+	out := make([]tokenize.Token, len(enc.IDs))
+	for i, id := range enc.IDs {
+		tok := tokenize.Token{ID: int64(id), Text: enc.Tokens[i], Special: enc.SpecialTokensMask[i] == 1}
+		if !tok.Special {
+			start, stop := int(enc.Offsets[i][0]), int(enc.Offsets[i][1])
+			if start > stop || stop > len(clean) {
+				return nil, fmt.Errorf("hf: token %d %q has offsets [%d, %d) outside a text of %d bytes", i, tok.Text, start, stop, len(clean))
+			}
+			if pos != nil && stop > start {
+				start, stop = pos[start], pos[stop-1]+1
+			}
+			tok.Start, tok.Stop = start, stop
+		}
+		out[i] = tok
+	}
+	return out, nil
+}
+
 // Close frees the native tokenizers. No Encode may run during or after Close.
 func (t *Tokenizer) Close() error {
 	t.trunc.Close()

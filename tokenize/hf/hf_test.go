@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ortserve/ortserve/tokenize"
 	"github.com/ortserve/ortserve/tokenize/hf"
@@ -182,4 +183,82 @@ func BenchmarkEncode(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestTokens(t *testing.T) {
+	tok, err := hf.Load(tokenizerPath(t), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	type tk = tokenize.Token
+	tests := []struct {
+		name, text string
+		special    bool
+		want       []tk
+	}{
+		{"hello world", "hello world", true, []tk{
+			{ID: 101, Text: "[CLS]", Special: true},
+			{ID: 7592, Text: "hello", Start: 0, Stop: 5},
+			{ID: 2088, Text: "world", Start: 6, Stop: 11},
+			{ID: 102, Text: "[SEP]", Special: true},
+		}},
+		{"no special tokens", "hello world", false, []tk{
+			{ID: 7592, Text: "hello", Start: 0, Stop: 5},
+			{ID: 2088, Text: "world", Start: 6, Stop: 11},
+		}},
+		{"offsets are into the original, not the lower-cased text", "Hello", false, []tk{
+			{ID: 7592, Text: "hello", Start: 0, Stop: 5},
+		}},
+		{"NUL bytes are counted back in", "a\x00b c", false, []tk{
+			{ID: 11113, Text: "ab", Start: 0, Stop: 3},
+			{ID: 1039, Text: "c", Start: 4, Stop: 5},
+		}},
+		{"empty", "", false, []tk{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tok.Tokens(tt.text, tt.special)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("got %+v, %v\nwant %+v", got, err, tt.want)
+			}
+		})
+	}
+
+	// Accents and emoji: offsets are bytes, inside the text, increasing, and each slice of the
+	// text is where its token came from.
+	text := "Crème brûlée 🍮 à la carte, naïve café, déjà vu"
+	got, err := tok.Tokens(text, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].Special || !got[len(got)-1].Special || len(got) != 16 {
+		t.Errorf("want [CLS] … [SEP] and 16 tokens (cut at the maximum), got %+v", got)
+	}
+	prev := 0
+	for _, g := range got[1 : len(got)-1] {
+		if g.Special || g.Start < prev || g.Stop <= g.Start || g.Stop > len(text) {
+			t.Fatalf("token %+v: offsets out of order or outside %d bytes", g, len(text))
+		}
+		prev = g.Stop
+		src := text[g.Start:g.Stop]
+		if !utf8.ValidString(src) {
+			t.Errorf("token %+v: %q is not whole characters", g, src)
+		}
+		if g.Text == "[UNK]" {
+			if src != "🍮" {
+				t.Errorf("unknown token from %q, want the emoji", src)
+			}
+			continue
+		}
+		// BERT's normalizer lower-cases and strips accents: compare the token with the
+		// source stripped the same way.
+		if plain := strings.TrimPrefix(g.Text, "##"); plain != stripAccents(strings.ToLower(src)) {
+			t.Errorf("token %q from %q", g.Text, src)
+		}
+	}
+}
+
+func stripAccents(s string) string {
+	return strings.NewReplacer("è", "e", "û", "u", "é", "e", "à", "a", "ï", "i").Replace(s)
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/tokenize"
+	"github.com/ortserve/ortserve/tokenize/hf"
+)
+
+// benchSentences are single sentences of everyday length (8–20 tokens), as a search or
+// classification client sends them.
+var benchSentences = []string{
+	"The quick brown fox jumps over the lazy dog.",
+	"How do I reset my password on the mobile app?",
+	"Shipping was fast and the package arrived in perfect condition.",
+	"What is the capital of Australia and why was it chosen?",
+	"The meeting has been moved to Thursday afternoon at three.",
+	"This blender is loud, but it crushes ice like a champ.",
+	"Inference servers trade throughput for tail latency when they batch.",
+	"Can you recommend a good book about the history of mathematics?",
+	"My flight was delayed by four hours and nobody told us why.",
+	"Add two cups of flour and stir until the batter is smooth.",
+	"The new policy takes effect at the start of next quarter.",
+	"I would not recommend this hotel to anyone traveling with kids.",
+	"Quantized models are faster, but you should measure their accuracy.",
+	"Where can I find the nearest charging station for my car?",
+	"The orchestra played beautifully and the audience loved it.",
+	"Please send the signed contract back by the end of the week.",
+}
+
+// BenchmarkServeConcurrent is the HTTP path under 64 concurrent single-sentence clients on
+// MiniLM fp32, with the default config and with batching off (max_batch_size=1), same
+// sessions and threads. Compare texts/s with BenchmarkRawSession's best batch size.
+func BenchmarkServeConcurrent(b *testing.B) {
+	for _, cfg := range []struct {
+		name string
+		args []string
+	}{
+		{"default", nil},
+		{"max_batch=1", []string{"--max-batch", "1"}},
+	} {
+		b.Run(cfg.name, func(b *testing.B) {
+			url := startServer(b, cfg.args...)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+			bodies := make([][]byte, len(benchSentences))
+			for i, s := range benchSentences {
+				bodies[i], _ = json.Marshal(map[string]any{"inputs": s, "model": "minilm", "version": "fp32"})
+			}
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for c := range 64 {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						resp, err := client.Post(url+"/embed", "application/json", bytes.NewReader(bodies[(int(i)+c)%len(bodies)]))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != 200 {
+							b.Errorf("status %d", resp.StatusCode)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "texts/s")
+			b.StopTimer()
+			b.ReportMetric(meanBatch(b, url), "rows/batch")
+		})
+	}
+}
+
+// meanBatch reads the mean batch size of minilm/fp32 from /metrics.
+func meanBatch(b *testing.B, url string) float64 {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	num := func(name string) float64 {
+		m := regexp.MustCompile(name + `\{model="minilm",version="fp32"\} (\S+)`).FindSubmatch(text)
+		if m == nil {
+			b.Fatalf("no %s in /metrics", name)
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+	return num("ortserve_batch_size_sum") / num("ortserve_batch_size_count")
+}
+
+// BenchmarkRawSession is the physical limit the server is judged against: MiniLM fp32 on the
+// server's default sessions × threads (one single-thread session per core), fed pre-tokenized
+// batches of the same sentences from one goroutine per session, no HTTP.
+func BenchmarkRawSession(b *testing.B) {
+	models := os.Getenv("ORTSERVE_MODELS")
+	tok, err := hf.Load(filepath.Join(models, "minilm", "tokenizer.json"), 256)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tok.Close()
+	encs, _ := tok.Encode(benchSentences, tokenize.Options{Truncate: true})
+	c, _ := parseServe(nil, io.Discard)
+	be := newBackend(testEnv, c, ort.ProviderCPU, nil)
+	var sessions []runtime.Session
+	for range be.sessions {
+		s, err := testEnv.NewSession(filepath.Join(models, "minilm", "fp32.onnx"), ort.Options{Provider: ort.ProviderCPU, IntraOpThreads: be.threads, InterOpThreads: 1, Output: "last_hidden_state"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sessions = append(sessions, s)
+	}
+	pool := runtime.NewPool(sessions)
+	defer pool.Close()
+	for _, size := range []int{1, 4, 16, 32, 64} {
+		batch := make([]tokenize.Encoding, size)
+		for i := range batch {
+			batch[i] = encs[i%len(encs)]
+		}
+		padded := tokenize.Pad(batch)
+		b.Run(fmt.Sprintf("sessions=%d/threads=%d/batch=%d", be.sessions, be.threads, size), func(b *testing.B) {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range pool.Size() {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						if _, err := pool.Run(context.Background(), padded); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "texts/s")
+		})
+	}
+}

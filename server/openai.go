@@ -1,0 +1,217 @@
+package server
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ortserve/ortserve/models"
+)
+
+// OpenAIEmbeddingRequest is the body of OpenAI's POST /v1/embeddings.
+type OpenAIEmbeddingRequest struct {
+	// Model is "name", "name/version" or "name:version"; "" is the first embed model.
+	Model string `json:"model"`
+	// Input is a string or a list of strings; OpenAI's token-id forms are refused.
+	Input json.RawMessage `json:"input"`
+	// EncodingFormat is "float" (the default) or "base64": the vector's little-endian float32
+	// bytes, base64-encoded.
+	EncodingFormat string `json:"encoding_format,omitempty"`
+	// Dimensions, when set, must equal the model's dimension: the served models are not
+	// trained to be cut shorter.
+	Dimensions *int   `json:"dimensions,omitempty"`
+	User       string `json:"user,omitempty"` // accepted and ignored
+}
+
+// OpenAIEmbeddingResponse is the body of a /v1/embeddings answer.
+type OpenAIEmbeddingResponse struct {
+	Object string            `json:"object"` // "list"
+	Data   []OpenAIEmbedding `json:"data"`
+	Model  string            `json:"model"` // "name/version" that answered
+	Usage  OpenAIUsage       `json:"usage"`
+}
+
+// OpenAIEmbedding is one input's vector.
+type OpenAIEmbedding struct {
+	Object    string `json:"object"` // "embedding"
+	Index     int    `json:"index"`
+	Embedding any    `json:"embedding"` // []float32, or a base64 string
+}
+
+// OpenAIUsage counts the real tokens of a request, special tokens included.
+type OpenAIUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+// OpenAIError is OpenAI's error body.
+type OpenAIError struct {
+	Error OpenAIErrorDetail `json:"error"`
+}
+
+// OpenAIErrorDetail says what was wrong; Param and Code are null when they do not apply.
+type OpenAIErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func openAIError(typ, param, code, msg string) OpenAIError {
+	e := OpenAIError{Error: OpenAIErrorDetail{Message: msg, Type: typ}}
+	if param != "" {
+		e.Error.Param = &param
+	}
+	if code != "" {
+		e.Error.Code = &code
+	}
+	return e
+}
+
+// openAIShape gives the server's errors OpenAI's shape; the status stays the server's.
+func openAIShape(code int, e ErrorResponse) any {
+	switch {
+	case code == http.StatusNotFound:
+		return openAIError("invalid_request_error", "model", "model_not_found", e.Error)
+	case code == http.StatusTooManyRequests:
+		return openAIError("rate_limit_error", "", "rate_limit_exceeded", e.Error)
+	case code == http.StatusServiceUnavailable:
+		return openAIError("server_error", "", "service_unavailable", e.Error)
+	case code == http.StatusGatewayTimeout:
+		return openAIError("server_error", "", "timeout", e.Error)
+	case code >= 500:
+		return openAIError("server_error", "", "", e.Error)
+	}
+	return openAIError("invalid_request_error", "", "", e.Error)
+}
+
+// badOpenAIRequest answers 400 for a field the handler itself found wrong.
+func badOpenAIRequest(w http.ResponseWriter, param, msg string) {
+	writeShaped(w, http.StatusBadRequest, openAIError("invalid_request_error", param, "", msg))
+}
+
+// parseOpenAIInput reads OpenAI's `input`: a string or a list of strings. Token ids (a list of
+// integers or of lists of integers) are refused: the server tokenizes itself.
+func parseOpenAIInput(raw json.RawMessage) ([]string, error) {
+	raw = bytes.Trim(raw, " \t\r\n") // JSON's whitespace, no more
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, errors.New("input is required: a string or a list of strings")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("input: %w", err)
+		}
+		return []string{s}, nil
+	}
+	var list []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
+		return nil, errors.New("input must be a string or a list of strings")
+	}
+	texts := make([]string, len(list))
+	for i, item := range list {
+		if err := json.Unmarshal(item, &texts[i]); err != nil || item[0] != '"' {
+			if item[0] == '[' || (item[0] >= '0' && item[0] <= '9') || item[0] == '-' {
+				return nil, errors.New("input as token ids is not supported: send text, a string or a list of strings")
+			}
+			return nil, fmt.Errorf("input[%d] must be a string", i)
+		}
+	}
+	return texts, nil
+}
+
+// splitModelName reads OpenAI's `model`: "minilm", "minilm/int8" or "minilm:int8". Model names
+// holding ':' or '/' cannot be addressed this way.
+func splitModelName(s string) (name, version string) {
+	if i := strings.LastIndexAny(s, ":/"); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
+}
+
+func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req OpenAIEmbeddingRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	texts, err := parseOpenAIInput(req.Input)
+	if err != nil {
+		badOpenAIRequest(w, "input", err.Error())
+		return
+	}
+	if !s.checkInputs(w, len(texts)) {
+		return
+	}
+	base64Out := false
+	switch req.EncodingFormat {
+	case "", "float":
+	case "base64":
+		base64Out = true
+	default:
+		badOpenAIRequest(w, "encoding_format", fmt.Sprintf("encoding_format %q is not one of \"float\", \"base64\"", req.EncodingFormat))
+		return
+	}
+	name, version := splitModelName(req.Model)
+	p, name, err := s.repo.Lookup(name, models.TaskEmbed)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	dim := s.modelInfo(name).Dimension
+	if d := req.Dimensions; d != nil && (*d <= 0 || (dim > 0 && *d != dim)) {
+		badOpenAIRequest(w, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, dim))
+		return
+	}
+	vecs, st, err := p.Embed(r.Context(), version, texts, models.EmbedOptions{Truncate: s.truncate(nil), Normalize: true})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	resp := OpenAIEmbeddingResponse{
+		Object: "list",
+		Data:   make([]OpenAIEmbedding, len(vecs)),
+		Model:  name + "/" + st.Version,
+		Usage:  OpenAIUsage{PromptTokens: st.Tokens, TotalTokens: st.Tokens},
+	}
+	for i, v := range vecs {
+		if d := req.Dimensions; d != nil && *d != len(v) {
+			badOpenAIRequest(w, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, len(v)))
+			return
+		}
+		resp.Data[i] = OpenAIEmbedding{Object: "embedding", Index: i, Embedding: v}
+		if base64Out {
+			resp.Data[i].Embedding = encodeFloats(v)
+		}
+	}
+	note(r, name, st)
+	setTiming(w, name, st, start)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// encodeFloats is OpenAI's base64 format: little-endian float32 bytes, as
+// numpy.frombuffer(base64.b64decode(s), dtype="float32") reads them.
+func encodeFloats(v []float32) string {
+	buf := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
+	}
+	return base64.StdEncoding.EncodeToString(buf)
+}
+
+// modelInfo is what Describe said of a model; the zero ModelInfo when it said nothing.
+func (s *Server) modelInfo(name string) ModelInfo {
+	for _, mi := range s.cfg.Info.Models {
+		if mi.Name == name {
+			return mi
+		}
+	}
+	return ModelInfo{}
+}

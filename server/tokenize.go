@@ -1,0 +1,62 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/ortserve/ortserve/models"
+)
+
+// TokenizeRequest is TEI's /tokenize body, plus an optional model (default: the first embed
+// model). Tokens are cut at the model's maximum length, as /embed cuts them.
+type TokenizeRequest struct {
+	Inputs           Inputs `json:"inputs"`
+	AddSpecialTokens *bool  `json:"add_special_tokens"` // default true, as TEI
+	Model            string `json:"model,omitempty"`
+}
+
+// SimpleToken is one token as TEI's /tokenize shows it. For a text's own tokens Text is the
+// slice of the input it came from and Start, Stop are its byte offsets; for special tokens
+// Text is the token ([CLS]) and the offsets are null.
+type SimpleToken struct {
+	ID      int64  `json:"id"`
+	Text    string `json:"text"`
+	Special bool   `json:"special"`
+	Start   *int   `json:"start"`
+	Stop    *int   `json:"stop"`
+}
+
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
+	var req TokenizeRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if !s.checkInputs(w, len(req.Inputs)) {
+		return
+	}
+	p, _, err := s.repo.Lookup(req.Model, models.TaskEmbed)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	toks, err := p.Tokenize(req.Inputs, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([][]SimpleToken, len(toks))
+	for i, ts := range toks {
+		text := req.Inputs[i]
+		out[i] = make([]SimpleToken, len(ts))
+		for j, t := range ts {
+			st := SimpleToken{ID: t.ID, Text: t.Text, Special: t.Special}
+			if !t.Special && 0 <= t.Start && t.Start <= t.Stop && t.Stop <= len(text) {
+				start, stop := t.Start, t.Stop
+				st.Text = strings.ToValidUTF8(text[start:stop], "\uFFFD")
+				st.Start, st.Stop = &start, &stop
+			}
+			out[i][j] = st
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
