@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
@@ -53,8 +55,9 @@ func BenchmarkServeConcurrent(b *testing.B) {
 		{"default", nil},
 		{"max_batch=1", []string{"--max-batch", "1"}},
 	} {
+		// One server per config for all of b.Run's calls (it ramps b.N on the same server).
+		url := startServer(b, cfg.args...)
 		b.Run(cfg.name, func(b *testing.B) {
-			url := startServer(b, cfg.args...)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			bodies := make([][]byte, len(benchSentences))
 			for i, s := range benchSentences {
@@ -62,10 +65,12 @@ func BenchmarkServeConcurrent(b *testing.B) {
 			}
 			var next atomic.Int64
 			var wg sync.WaitGroup
+			lat := make([][]time.Duration, 64) // per client, merged after
 			b.ResetTimer()
 			for c := range 64 {
 				wg.Go(func() {
 					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						start := time.Now()
 						resp, err := client.Post(url+"/embed", "application/json", bytes.NewReader(bodies[(int(i)+c)%len(bodies)]))
 						if err != nil {
 							b.Error(err)
@@ -77,12 +82,18 @@ func BenchmarkServeConcurrent(b *testing.B) {
 							b.Errorf("status %d", resp.StatusCode)
 							return
 						}
+						lat[c] = append(lat[c], time.Since(start))
 					}
 				})
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "texts/s")
 			b.StopTimer()
+			all := slices.Sorted(slices.Values(slices.Concat(lat...)))
+			if len(all) > 0 {
+				b.ReportMetric(all[len(all)/2].Seconds()*1e3, "p50-ms")
+				b.ReportMetric(all[len(all)*95/100].Seconds()*1e3, "p95-ms")
+			}
 			b.ReportMetric(meanBatch(b, url), "rows/batch")
 		})
 	}
