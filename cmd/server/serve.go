@@ -91,6 +91,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.HTTP.MaxInputs, "max-inputs", c.HTTP.MaxInputs, "most texts in one request")
 	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest request body")
 	fs.BoolVar(&c.HTTP.AutoTruncate, "auto-truncate", c.HTTP.AutoTruncate, "cut inputs over a model's max length unless a request says \"truncate\": false")
+	fs.IntVar(&c.HTTP.MaxInFlight, "max-in-flight", c.HTTP.MaxInFlight, "inference requests served at once; past it, 429")
+	fs.DurationVar(&c.HTTP.RequestTimeout, "request-timeout", 0, "a request's deadline unless it sends X-Request-Timeout; 0: none")
 	if err := fs.Parse(args); err != nil {
 		return c, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -100,8 +102,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	if _, err := ort.ParseDevice(c.Device); err != nil {
 		return c, fmt.Errorf("%v (%w)", err, errUsage)
 	}
-	if c.Sessions < 0 || c.Threads < 0 || c.HTTP.MaxInputs < 1 || c.HTTP.MaxBodyBytes < 1 {
-		return c, fmt.Errorf("--sessions and --threads must be ≥ 0; --max-inputs and --max-body-bytes ≥ 1 (%w)", errUsage)
+	if c.Sessions < 0 || c.Threads < 0 || c.HTTP.MaxInputs < 1 || c.HTTP.MaxBodyBytes < 1 || c.HTTP.MaxInFlight < 1 || c.HTTP.RequestTimeout < 0 {
+		return c, fmt.Errorf("--sessions, --threads and --request-timeout must be ≥ 0; --max-inputs, --max-body-bytes and --max-in-flight ≥ 1 (%w)", errUsage)
 	}
 	if err := c.Batch.Validate(); err != nil {
 		return c, fmt.Errorf("%v (%w)", err, errUsage)
