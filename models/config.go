@@ -6,13 +6,17 @@ package models
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ortserve/ortserve/runtime"
 )
 
 // ConfigFile is the name of a model's config inside its folder.
@@ -51,6 +55,39 @@ type Config struct {
 
 	DefaultVersion string                   `yaml:"default_version"`
 	Versions       map[string]VersionConfig `yaml:"versions"`
+	// Traffic splits requests that name no version between versions by weight (a canary,
+	// e.g. {fp32: 90, int8: 10}); empty sends them all to DefaultVersion.
+	Traffic map[string]int `yaml:"traffic,omitempty"`
+	// Instances is the sessions per version (CUDA streams); 0: the server's default.
+	Instances int `yaml:"instances,omitempty"`
+	// Batching overrides the server's batching defaults for this model's versions.
+	Batching Batching `yaml:"batching,omitempty"`
+	// Cache is a response cache per version; off unless MaxBytes > 0.
+	Cache CacheConfig `yaml:"cache,omitempty"`
+}
+
+// Batching overrides the server's dynamic batching defaults; zero fields keep them.
+type Batching struct {
+	MaxBatchSize     int           `yaml:"max_batch_size,omitempty"`
+	MaxBatchTokens   int           `yaml:"max_batch_tokens,omitempty"`
+	MaxQueueDelay    time.Duration `yaml:"max_queue_delay,omitempty"`
+	MaxQueueRequests int           `yaml:"max_queue_requests,omitempty"`
+	MaxQueueTokens   int           `yaml:"max_queue_tokens,omitempty"`
+}
+
+// Apply returns base with b's non-zero fields in place of its own.
+func (b Batching) Apply(base runtime.BatchConfig) runtime.BatchConfig {
+	base.MaxBatchSize = cmp.Or(b.MaxBatchSize, base.MaxBatchSize)
+	base.MaxBatchTokens = cmp.Or(b.MaxBatchTokens, base.MaxBatchTokens)
+	base.MaxQueueDelay = cmp.Or(b.MaxQueueDelay, base.MaxQueueDelay)
+	base.MaxQueueRequests = cmp.Or(b.MaxQueueRequests, base.MaxQueueRequests)
+	base.MaxQueueTokens = cmp.Or(b.MaxQueueTokens, base.MaxQueueTokens)
+	return base
+}
+
+// CacheConfig bounds a version's response cache.
+type CacheConfig struct {
+	MaxBytes int64 `yaml:"max_bytes,omitempty"` // 0: no cache
 }
 
 // VersionConfig is one variant of a model, e.g. fp32, int8, fp16.
@@ -140,6 +177,26 @@ func (c Config) Validate() error {
 	}
 	if _, ok := c.Versions[c.DefaultVersion]; !ok {
 		bad("default_version %q is not one of the versions", c.DefaultVersion)
+	}
+	total := 0
+	for name, w := range c.Traffic {
+		if _, ok := c.Versions[name]; !ok {
+			bad("traffic names version %q, which is not one of the versions", name)
+		}
+		if w < 0 {
+			bad("traffic weight of %s is negative", name)
+		}
+		total += w
+	}
+	if len(c.Traffic) > 0 && total == 0 {
+		bad("traffic weights add up to 0")
+	}
+	if c.Instances < 0 || c.Cache.MaxBytes < 0 {
+		bad("instances and cache.max_bytes must be ≥ 0")
+	}
+	b := c.Batching
+	if b.MaxBatchSize < 0 || b.MaxBatchTokens < 0 || b.MaxQueueDelay < 0 || b.MaxQueueRequests < 0 || b.MaxQueueTokens < 0 {
+		bad("batching values must be ≥ 0 (0 keeps the server's default)")
 	}
 	return errors.Join(errs...)
 }

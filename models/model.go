@@ -62,8 +62,17 @@ type Backend interface {
 	Device() string
 	// Tokenizer loads a tokenizer.json for inputs of at most maxLen tokens.
 	Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
-	// Executor loads one version's file, reading the graph output named output.
-	Executor(model, version, path, output string) (Executor, error)
+	// Executor loads one version's file as spec says.
+	Executor(spec ExecSpec) (Executor, error)
+}
+
+// ExecSpec is what a Backend needs to load one version.
+type ExecSpec struct {
+	Model, Version string
+	Path           string // the ONNX file
+	Output         string // the graph output to read
+	Instances      int    // sessions; 0: the backend's default
+	Batching       Batching
 }
 
 // Version is one loaded variant of a model.
@@ -101,7 +110,7 @@ func Open(dir string, b Backend, log *slog.Logger) (*Model, error) {
 			continue
 		}
 		path := filepath.Join(dir, vc.File)
-		exec, err := b.Executor(cfg.Name, name, path, cfg.Output)
+		exec, err := b.Executor(ExecSpec{Model: cfg.Name, Version: name, Path: path, Output: cfg.Output, Instances: cfg.Instances, Batching: cfg.Batching})
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("models: %s/%s: %w", cfg.Name, name, err)

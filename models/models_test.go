@@ -173,8 +173,8 @@ func (b *fakeBackend) Device() string { return b.device }
 func (b *fakeBackend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error) {
 	return fakeTokenizer{maxLen}, nil
 }
-func (b *fakeBackend) Executor(model, version, path, output string) (models.Executor, error) {
-	if filepath.Base(path) == b.fail {
+func (b *fakeBackend) Executor(spec models.ExecSpec) (models.Executor, error) {
+	if filepath.Base(spec.Path) == b.fail {
 		return nil, errors.New("corrupt file")
 	}
 	return fakeExec{classify: b.classify, closed: &b.closed}, nil

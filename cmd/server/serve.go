@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -223,12 +224,13 @@ func (b *backend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
 	return hf.Load(path, maxLen)
 }
 
-func (b *backend) Executor(model, version, path, output string) (models.Executor, error) {
+func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	o := b.opts
-	o.Output = output
-	sessions := make([]runtime.Session, 0, b.sessions)
-	for range b.sessions {
-		s, err := b.env.NewSession(path, o)
+	o.Output = spec.Output
+	n := cmp.Or(spec.Instances, b.sessions)
+	sessions := make([]runtime.Session, 0, n)
+	for range n {
+		s, err := b.env.NewSession(spec.Path, o)
 		if err != nil {
 			for _, s := range sessions {
 				s.Close()
@@ -237,8 +239,45 @@ func (b *backend) Executor(model, version, path, output string) (models.Executor
 		}
 		sessions = append(sessions, s)
 	}
+	if err := warmUp(sessions); err != nil {
+		for _, s := range sessions {
+			s.Close()
+		}
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
 	pool := runtime.NewPool(sessions)
-	return batchExecutor{runtime.NewBatcher(b.batch, pool, b.metrics.Observer(model, version)), pool}, nil
+	cfg := spec.Batching.Apply(b.batch)
+	if err := cfg.Validate(); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return batchExecutor{runtime.NewBatcher(cfg, pool, b.metrics.Observer(spec.Model, spec.Version)), pool}, nil
+}
+
+// warmUpShapes are the batch × sequence shapes every session runs once before its version
+// serves: the first runs of a shape allocate memory (and on CUDA pick kernels).
+var warmUpShapes = [][2]int{{1, 16}, {4, 16}, {1, 64}, {4, 64}}
+
+// warmUp runs every session on warmUpShapes with [CLS]-like ids.
+func warmUp(sessions []runtime.Session) error {
+	for _, sh := range warmUpShapes {
+		encs := make([]tokenize.Encoding, sh[0])
+		for i := range encs {
+			ids := make([]int64, sh[1])
+			for j := range ids {
+				ids[j] = 1000 + int64(j)
+			}
+			ids[0], ids[len(ids)-1] = 101, 102
+			encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, sh[1])}
+		}
+		b := tokenize.Pad(encs)
+		for _, s := range sessions {
+			if _, err := s.Run(context.Background(), b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // batchExecutor is a version's dynamic batcher over its session pool.
