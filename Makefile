@@ -18,6 +18,8 @@ VENV         := $(CACHE)/venv/$(VENV_KEY)
 DATA_DIR     := $(CACHE)/data/polarity
 MODELS_KEY   := $(shell cat scripts/models/requirements.txt scripts/models/*.py scripts/build-models.sh 2>/dev/null | sha256sum | cut -c1-12)
 MODELS_DIR   := $(CACHE)/models/$(MODELS_KEY)
+CLIENTS_KEY  := $(shell sha256sum scripts/clients/requirements.txt 2>/dev/null | cut -c1-12)
+CLIENTS      := $(CACHE)/clients/$(CLIENTS_KEY)
 
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN          := bin/server
@@ -25,10 +27,11 @@ export CGO_ENABLED := 1
 export CGO_LDFLAGS := -L$(TOK_DIR)
 GOFLAGS_BUILD := -trimpath -ldflags "-X main.version=$(VERSION)"
 # What the integration tests and `make run` read.
-RUN_ENV      := ORTSERVE_ORT_LIB=$(ORT_LIB) ORTSERVE_MODELS=$(MODELS_DIR) ORTSERVE_DATA=$(DATA_DIR)
+RUN_ENV      := ORTSERVE_ORT_LIB=$(ORT_LIB) ORTSERVE_MODELS=$(MODELS_DIR) ORTSERVE_DATA=$(DATA_DIR) \
+                ORTSERVE_CLIENTS_VENV=$(CLIENTS)
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all deps ort ort-cuda tokenizers venv data models golden build run test unit lint bench clean help
+.PHONY: all deps ort ort-cuda tokenizers venv clients data models golden build run test unit lint bench clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -47,6 +50,9 @@ tokenizers: ## build libtokenizers.a for daulet/tokenizers v$(TOK_VERSION) with 
 venv: ## the Python environment that builds models
 	@scripts/venv.sh $(VENV)
 
+clients: ## the small Python environment of official API clients (openai) the tests drive
+	@scripts/clients.sh $(CLIENTS)
+
 data: ## the Pang & Lee sentence polarity data and its fixed splits
 	@scripts/fetch-data.sh $(DATA_DIR)
 
@@ -62,7 +68,7 @@ build: tokenizers ## build bin/server
 run: deps models build ## serve the default models on $(ADDR)
 	$(RUN_ENV) ./$(BIN) serve --addr $(ADDR)
 
-test: deps models ## the full suite: vet, unit and integration tests with real ORT, tokenizer and models
+test: deps models clients ## the full suite: vet, unit and integration tests with real ORT, tokenizer and models
 	$(GO) vet ./...
 	$(RUN_ENV) $(GO) test -race -count=1 -timeout 30m ./...
 

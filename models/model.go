@@ -77,9 +77,10 @@ type ExecSpec struct {
 
 // Version is one loaded variant of a model.
 type Version struct {
-	Name string
-	File string
-	exec Executor
+	Name  string
+	File  string
+	exec  Executor
+	cache *cache // nil: no response cache; a reloaded version gets a fresh one
 }
 
 // Model is a loaded model: its config, tokenizer and versions.
@@ -115,7 +116,7 @@ func Open(dir string, b Backend, log *slog.Logger) (*Model, error) {
 			m.Close()
 			return nil, fmt.Errorf("models: %s/%s: %w", cfg.Name, name, err)
 		}
-		m.versions[name] = &Version{Name: name, File: path, exec: exec}
+		m.versions[name] = &Version{Name: name, File: path, exec: exec, cache: newCache(cfg.Cache.MaxBytes)}
 	}
 	if _, ok := m.versions[cfg.DefaultVersion]; !ok {
 		m.Close()
@@ -198,30 +199,71 @@ func (m *Model) Close() error {
 // Stats describe how one request was served.
 type Stats struct {
 	Version   string
-	Tokens    int // real tokens, special tokens included
+	Tokens    int // real tokens computed, special tokens included (cache hits compute none)
 	Truncated int // inputs cut to the maximum length
 	Tokenize  time.Duration
 	Queue     time.Duration // waiting to be batched and for a free session
 	Inference time.Duration
 	Batches   int           // inference batches the request's inputs went into
 	Finish    time.Duration // pooling, normalization, softmax
+	// CacheHits and CacheMisses count the inputs answered from the version's response
+	// cache and those computed; both stay 0 when the version has no cache.
+	CacheHits, CacheMisses int
 }
 
-// run tokenizes texts and executes them on a version; it is the part both pipelines share.
-func (m *Model) run(ctx context.Context, version string, task Task, texts []string, truncate bool) ([]runtime.Tensor, []tokenize.Encoding, Stats, error) {
+// finisher turns one text's output tensor and encoding into its answer, a new slice.
+type finisher func(t runtime.Tensor, e tokenize.Encoding) []float32
+
+// run answers texts on a version: from its response cache where it can, and by tokenizing
+// and executing the rest, whose answers finish makes. It is the part both pipelines share.
+// variant is the pipeline option that changes an answer (embed's normalize, classify's
+// raw); with truncate it makes the cache key. The answers are in texts' order and the
+// caller's to keep and modify.
+func (m *Model) run(ctx context.Context, version string, task Task, texts []string, truncate, variant bool, finish finisher) ([][]float32, Stats, error) {
 	var st Stats
 	if m.Config.Task != task {
-		return nil, nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task}
+		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task}
 	}
 	v, err := m.Version(version)
 	if err != nil {
-		return nil, nil, st, err
+		return nil, st, err
 	}
 	st.Version = v.Name
+	out := make([][]float32, len(texts))
+	// Without a cache every text is a miss; with one, misses lists the texts to compute
+	// and keys[i] is texts[i]'s key.
+	var keys []string
+	misses, todo := []int(nil), texts
+	if v.cache != nil {
+		keys = make([]string, len(texts))
+		todo = make([]string, 0, len(texts))
+		for i, text := range texts {
+			keys[i] = cacheKey(text, truncate, variant)
+			if e, ok := v.cache.get(keys[i]); ok {
+				out[i] = e.vec
+				st.CacheHits++
+				if e.truncated {
+					st.Truncated++
+				}
+				continue
+			}
+			misses = append(misses, i)
+			todo = append(todo, text)
+		}
+		st.CacheMisses = len(todo)
+		if len(todo) == 0 {
+			return out, st, nil
+		}
+	}
 	start := time.Now()
-	encs, err := m.tok.Encode(texts, tokenize.Options{Truncate: truncate})
+	encs, err := m.tok.Encode(todo, tokenize.Options{Truncate: truncate})
 	if err != nil {
-		return nil, nil, st, err
+		// The tokenizer saw only the misses: name the input by its place in the request.
+		var tooLong *tokenize.TooLongError
+		if misses != nil && errors.As(err, &tooLong) && tooLong.Index >= 0 && tooLong.Index < len(misses) {
+			tooLong.Index = misses[tooLong.Index]
+		}
+		return nil, st, err
 	}
 	for _, e := range encs {
 		st.Tokens += e.Len()
@@ -230,12 +272,25 @@ func (m *Model) run(ctx context.Context, version string, task Task, texts []stri
 		}
 	}
 	st.Tokenize = time.Since(start)
-	out, es, err := v.exec.Execute(ctx, encs)
+	tensors, es, err := v.exec.Execute(ctx, encs)
 	st.Queue, st.Inference, st.Batches = es.Queue, es.Inference, es.Batches
 	if err != nil {
-		return nil, nil, st, err
+		return nil, st, err
 	}
-	return out, encs, st, nil
+	start = time.Now()
+	for j, t := range tensors {
+		i := j
+		if misses != nil {
+			i = misses[j]
+		}
+		out[i] = finish(t, encs[j])
+	}
+	st.Finish = time.Since(start)
+	for j, i := range misses {
+		// add copies: the answer stays the caller's.
+		v.cache.add(keys[i], cached{vec: out[i], truncated: encs[j].Truncated})
+	}
+	return out, st, nil
 }
 
 // EmbedOptions control Embed.
@@ -244,22 +299,16 @@ type EmbedOptions struct {
 	Normalize bool
 }
 
-// Embed returns one vector per text.
+// Embed returns one vector per text. The vectors are the caller's, even those served from
+// the response cache.
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
-	out, encs, st, err := m.run(ctx, version, TaskEmbed, texts, o.Truncate)
-	if err != nil {
-		return nil, st, err
-	}
-	start := time.Now()
-	vecs := make([][]float32, len(out))
-	for i, t := range out {
-		vecs[i] = Pool(m.Config.Pooling, t, encs[i].Len())
+	return m.run(ctx, version, TaskEmbed, texts, o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
+		vec := Pool(m.Config.Pooling, t, e.Len())
 		if o.Normalize {
-			Normalize(vecs[i])
+			Normalize(vec)
 		}
-	}
-	st.Finish = time.Since(start)
-	return vecs, st, nil
+		return vec
+	})
 }
 
 // ClassifyOptions control Classify.
@@ -269,22 +318,16 @@ type ClassifyOptions struct {
 }
 
 // Classify returns, per text, one score per label in Config.Labels order: probabilities
-// that sum to 1, or raw logits.
+// that sum to 1, or raw logits. The scores are the caller's, even those served from the
+// response cache.
 func (m *Model) Classify(ctx context.Context, version string, texts []string, o ClassifyOptions) ([][]float32, Stats, error) {
-	out, _, st, err := m.run(ctx, version, TaskClassify, texts, o.Truncate)
-	if err != nil {
-		return nil, st, err
-	}
-	start := time.Now()
-	scores := make([][]float32, len(out))
-	for i, t := range out {
-		scores[i] = slices.Clone(t.Data)
+	return m.run(ctx, version, TaskClassify, texts, o.Truncate, o.Raw, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
+		scores := slices.Clone(t.Data)
 		if !o.Raw {
-			Softmax(scores[i])
+			Softmax(scores)
 		}
-	}
-	st.Finish = time.Since(start)
-	return scores, st, nil
+		return scores
+	})
 }
 
 // Pool reduces hidden states t ([seq, hidden], of which the first n rows are real tokens)

@@ -286,14 +286,17 @@ func TestRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	m, err := r.Model("emb")
-	if err != nil || len(m.VersionNames()) != 2 {
-		t.Fatalf("%v %v", err, m)
+	st := r.Status()
+	if len(st) != 1 || st[0].Config.Name != "emb" || len(st[0].Versions) != 2 {
+		t.Fatalf("%+v", st)
 	}
-	if r.First(models.TaskEmbed) != m || r.First(models.TaskClassify) != nil {
-		t.Error("First")
+	if h, ok := r.First(models.TaskEmbed); !ok || h.Name() != "emb" {
+		t.Error("First(embed)")
 	}
-	if _, err := r.Model("nope"); !errors.Is(err, models.ErrUnknownModel) {
+	if _, ok := r.First(models.TaskClassify); ok {
+		t.Error("First(classify) found an embedder")
+	}
+	if _, err := r.Handle("nope"); !errors.Is(err, models.ErrUnknownModel) {
 		t.Errorf("%v", err)
 	}
 }

@@ -1,82 +1,357 @@
 package models
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"time"
+
+	"github.com/ortserve/ortserve/tokenize"
 )
 
-// Repository is every model under one root folder, loaded.
+// Repository is every model under one root folder, loaded, and kept in step with the folder
+// by Reload: a changed model is loaded anew beside the old one, warmed up, swapped in, and
+// only then is the old one drained and closed. A reload that fails leaves the old model
+// serving and says why (Status).
 type Repository struct {
-	Root   string
-	models map[string]*Model
+	Root string
+	b    Backend
+	log  *slog.Logger
+
+	reloadMu sync.Mutex // one Reload at a time
+	mu       sync.RWMutex
+	slots    map[string]*slot // by model name
+}
+
+// slot is one model folder and the generation of the model serving from it.
+type slot struct {
+	dir string
+
+	mu          sync.RWMutex
+	cur         *generation
+	fingerprint string // of the files the last load attempt saw
+	failed      string // why the last reload failed; "" once one succeeds
+	reloads     int
+}
+
+// generation is one loaded Model; users holds it for reading while a request uses it, so
+// that a reload can wait for them before closing it.
+type generation struct {
+	m     *Model
+	users sync.RWMutex
 }
 
 // OpenRepository loads every folder under root that has a model.yaml.
 func OpenRepository(root string, b Backend, log *slog.Logger) (*Repository, error) {
-	entries, err := os.ReadDir(root)
+	dirs, err := modelDirs(root)
 	if err != nil {
-		return nil, fmt.Errorf("models: model repository %s: %w: run `make models` or point --models at one", root, errors.Unwrap(err))
+		return nil, err
 	}
-	r := &Repository{Root: root, models: map[string]*Model{}}
-	for _, e := range entries {
-		dir := filepath.Join(root, e.Name())
-		if !e.IsDir() {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, ConfigFile)); err != nil {
-			continue
-		}
+	r := &Repository{Root: root, b: b, log: log, slots: map[string]*slot{}}
+	for _, dir := range dirs {
+		fp := fingerprint(dir)
 		m, err := Open(dir, b, log)
 		if err != nil {
 			r.Close()
 			return nil, err
 		}
-		if _, dup := r.models[m.Name()]; dup {
+		if _, dup := r.slots[m.Name()]; dup {
 			m.Close()
 			r.Close()
 			return nil, fmt.Errorf("models: two models named %q under %s", m.Name(), root)
 		}
-		r.models[m.Name()] = m
+		r.slots[m.Name()] = &slot{dir: dir, cur: &generation{m: m}, fingerprint: fp}
 		log.Info("model loaded", "model", m.Name(), "task", m.Config.Task, "versions", m.VersionNames(), "default", m.Config.DefaultVersion)
 	}
-	if len(r.models) == 0 {
+	if len(r.slots) == 0 {
 		return nil, fmt.Errorf("models: no models in %s (folders with %s): run `make models` or point --models at a model repository", root, ConfigFile)
 	}
 	return r, nil
 }
 
-// Model returns a loaded model by name.
-func (r *Repository) Model(name string) (*Model, error) {
-	m, ok := r.models[name]
-	if !ok {
-		return nil, &UnknownError{Kind: ErrUnknownModel, Name: name, Known: r.Names()}
+func modelDirs(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("models: model repository %s: %w: run `make models` or point --models at one", root, errors.Unwrap(err))
 	}
-	return m, nil
+	var dirs []string
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, ConfigFile)); err == nil {
+			dirs = append(dirs, dir)
+		}
+	}
+	return dirs, nil
+}
+
+// fingerprint summarizes the files of a model folder (name, size, modification time,
+// following links), so that Reload notices a change without reading the weights.
+func fingerprint(dir string) string {
+	h := sha256.New()
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(dir, e.Name()))
+		if err != nil || fi.IsDir() {
+			continue
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\n", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Names lists the models, sorted.
-func (r *Repository) Names() []string { return slices.Sorted(maps.Keys(r.models)) }
-
-// First returns the first model, by name, that does task, or nil.
-func (r *Repository) First(task Task) *Model {
-	for _, name := range r.Names() {
-		if m := r.models[name]; m.Config.Task == task {
-			return m
-		}
-	}
-	return nil
+func (r *Repository) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Sorted(maps.Keys(r.slots))
 }
 
-// Close releases every model.
-func (r *Repository) Close() error {
+// Handle returns a handle on a model by name; it follows reloads.
+func (r *Repository) Handle(name string) (Handle, error) {
+	r.mu.RLock()
+	_, ok := r.slots[name]
+	r.mu.RUnlock()
+	if !ok {
+		return Handle{}, &UnknownError{Kind: ErrUnknownModel, Name: name, Known: r.Names()}
+	}
+	return Handle{r: r, name: name}, nil
+}
+
+// First returns a handle on the first model, by name, that does task.
+func (r *Repository) First(task Task) (Handle, bool) {
+	for _, name := range r.Names() {
+		var found bool
+		r.use(name, func(m *Model) error { found = m.Config.Task == task; return nil })
+		if found {
+			return Handle{r: r, name: name}, true
+		}
+	}
+	return Handle{}, false
+}
+
+// use runs f on the model now serving under name. A reload that replaces the model waits
+// for f to return before closing the model f saw.
+func (r *Repository) use(name string, f func(*Model) error) error {
+	r.mu.RLock()
+	s, ok := r.slots[name]
+	r.mu.RUnlock()
+	if !ok {
+		return &UnknownError{Kind: ErrUnknownModel, Name: name, Known: r.Names()}
+	}
+	s.mu.RLock()
+	g := s.cur
+	g.users.RLock()
+	s.mu.RUnlock()
+	defer g.users.RUnlock()
+	return f(g.m)
+}
+
+// Status is how one model stands: what serves, and what the last reload said.
+type Status struct {
+	Config      Config
+	Versions    []string
+	Dimension   int
+	Reloads     int    // successful reloads since start
+	ReloadError string // why the last reload failed, "" if it did not
+}
+
+// Status describes every model, sorted by name.
+func (r *Repository) Status() []Status {
+	var out []Status
+	for _, name := range r.Names() {
+		r.mu.RLock()
+		s := r.slots[name]
+		r.mu.RUnlock()
+		s.mu.RLock()
+		st := Status{Reloads: s.reloads, ReloadError: s.failed}
+		s.mu.RUnlock()
+		r.use(name, func(m *Model) error {
+			st.Config, st.Versions, st.Dimension = m.Config, m.VersionNames(), m.Dimension()
+			return nil
+		})
+		out = append(out, st)
+	}
+	return out
+}
+
+// Reload loads anew every model whose folder changed since it was loaded (or since a
+// failed attempt), and swaps each in once it is loaded and warm. It returns the errors of
+// the models that failed, which keep serving their previous generation.
+func (r *Repository) Reload() error {
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
+	r.mu.RLock()
+	byDir := map[string]*slot{}
+	for _, s := range r.slots {
+		byDir[s.dir] = s
+	}
+	r.mu.RUnlock()
+	dirs, err := modelDirs(r.Root)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, m := range r.models {
-		errs = append(errs, m.Close())
+	for _, dir := range dirs {
+		s := byDir[dir]
+		fp := fingerprint(dir)
+		if s != nil && s.fingerprint == fp {
+			continue
+		}
+		m, err := Open(dir, r.b, r.log)
+		if err == nil && s != nil && m.Name() != s.cur.m.Name() {
+			m.Close()
+			err = fmt.Errorf("models: %s: a reload may not rename model %q to %q: restart to rename", dir, s.cur.m.Name(), m.Name())
+		}
+		if err != nil {
+			if s != nil {
+				s.mu.Lock()
+				s.fingerprint, s.failed = fp, err.Error()
+				s.mu.Unlock()
+			}
+			r.log.Error("reload failed, previous generation keeps serving", "dir", dir, "err", err)
+			errs = append(errs, err)
+			continue
+		}
+		if s == nil {
+			r.mu.Lock()
+			_, dup := r.slots[m.Name()]
+			if !dup {
+				r.slots[m.Name()] = &slot{dir: dir, cur: &generation{m: m}, fingerprint: fp}
+			}
+			r.mu.Unlock()
+			if dup {
+				m.Close()
+				errs = append(errs, fmt.Errorf("models: %s: another folder already serves model %q", dir, m.Name()))
+				continue
+			}
+			r.log.Info("model added", "model", m.Name(), "versions", m.VersionNames())
+			continue
+		}
+		s.mu.Lock()
+		old := s.cur
+		s.cur = &generation{m: m}
+		s.fingerprint, s.failed = fp, ""
+		s.reloads++
+		s.mu.Unlock()
+		r.retire(old)
+		r.log.Info("model reloaded", "model", m.Name(), "versions", m.VersionNames())
 	}
 	return errors.Join(errs...)
+}
+
+// retire waits for the requests using a generation, then closes it.
+func (r *Repository) retire(g *generation) {
+	g.users.Lock()
+	defer g.users.Unlock()
+	if err := g.m.Close(); err != nil {
+		r.log.Error("closing a replaced model", "model", g.m.Name(), "err", err)
+	}
+}
+
+// Watch calls Reload every interval until ctx ends.
+func (r *Repository) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Reload() // failures are logged and kept in Status
+		}
+	}
+}
+
+// Close drains and releases every model.
+func (r *Repository) Close() error {
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, s := range r.slots {
+		s.cur.users.Lock()
+		errs = append(errs, s.cur.m.Close())
+		s.cur.users.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// Handle is a model by name: every call goes to the generation serving at that moment.
+// For a model with a traffic split, a call that names no version gets one drawn by weight.
+type Handle struct {
+	r    *Repository
+	name string
+}
+
+// Name is the model's name.
+func (h Handle) Name() string { return h.name }
+
+// pick resolves the version a call names: "" means the traffic split, or the default.
+func pick(m *Model, version string) string {
+	if version != "" || len(m.Config.Traffic) == 0 {
+		return version
+	}
+	total := 0
+	for _, w := range m.Config.Traffic {
+		total += w
+	}
+	n := rand.IntN(total)
+	for _, v := range slices.Sorted(maps.Keys(m.Config.Traffic)) {
+		if n -= m.Config.Traffic[v]; n < 0 {
+			return v
+		}
+	}
+	return m.Config.DefaultVersion
+}
+
+// Embed is Model.Embed on the serving generation.
+func (h Handle) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) (vecs [][]float32, st Stats, err error) {
+	err = h.r.use(h.name, func(m *Model) error {
+		vecs, st, err = m.Embed(ctx, pick(m, version), texts, o)
+		return err
+	})
+	return vecs, st, err
+}
+
+// Classify is Model.Classify on the serving generation.
+func (h Handle) Classify(ctx context.Context, version string, texts []string, o ClassifyOptions) (scores [][]float32, st Stats, err error) {
+	err = h.r.use(h.name, func(m *Model) error {
+		scores, st, err = m.Classify(ctx, pick(m, version), texts, o)
+		return err
+	})
+	return scores, st, err
+}
+
+// Tokenize is Model.Tokenize on the serving generation.
+func (h Handle) Tokenize(texts []string, addSpecial bool) (toks [][]tokenize.Token, err error) {
+	err = h.r.use(h.name, func(m *Model) error {
+		toks, err = m.Tokenize(texts, addSpecial)
+		return err
+	})
+	return toks, err
+}
+
+// Labels are the serving generation's labels.
+func (h Handle) Labels() (labels []string) {
+	h.r.use(h.name, func(m *Model) error { labels = m.Labels(); return nil })
+	return labels
+}
+
+// Dimension is the serving generation's output dimension.
+func (h Handle) Dimension() (dim int) {
+	h.r.use(h.name, func(m *Model) error { dim = m.Dimension(); return nil })
+	return dim
 }

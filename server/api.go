@@ -123,6 +123,11 @@ type ModelInfo struct {
 	Labels         []string `json:"labels,omitempty"`
 	// Dimension is the output vector's length: hidden size or number of labels (0: unknown).
 	Dimension int `json:"dimension,omitempty"`
+	// Traffic is the weighted split of requests that name no version, if any.
+	Traffic map[string]int `json:"traffic,omitempty"`
+	// Reloads counts successful hot reloads; ReloadError says why the last one failed.
+	Reloads     int    `json:"reloads"`
+	ReloadError string `json:"reload_error,omitempty"`
 }
 
 // decodeJSON reads one JSON value into v, refusing trailing data.

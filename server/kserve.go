@@ -233,7 +233,8 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 		writeShaped(w, http.StatusBadRequest, KServeError{Error: err.Error()})
 		return
 	}
-	if !s.checkInputs(w, len(texts)) {
+	truncate := req.boolParam("truncate", s.cfg.AutoTruncate)
+	if !s.checkInputs(w, texts, truncate) {
 		return
 	}
 	task := models.Task(mi.Task)
@@ -249,7 +250,6 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := int64(len(texts))
-	truncate := req.boolParam("truncate", s.cfg.AutoTruncate)
 	var (
 		outs []InferOutput
 		st   models.Stats

@@ -27,6 +27,8 @@ type Metrics struct {
 	batchTokens *prometheus.HistogramVec
 	queueDepth  *prometheus.GaugeVec
 	running     *prometheus.GaugeVec
+	cacheHits   *prometheus.CounterVec
+	cacheMisses *prometheus.CounterVec
 }
 
 // latencyBuckets resolve 50 µs to 20 s; native histograms are exported as well.
@@ -71,9 +73,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ortserve_batches_in_flight", Help: "Batches running on a version's sessions now.",
 		}, mv),
+		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ortserve_cache_hits_total", Help: "Inputs of successful requests answered from the version's response cache.",
+		}, mv),
+		cacheMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ortserve_cache_misses_total", Help: "Inputs of successful requests that the version's response cache did not hold, so were computed.",
+		}, mv),
 	}
 	reg.MustRegister(m.provider, m.requests, m.inFlight, m.tokenize, m.queue, m.inference, m.postprocess,
-		m.total, m.truncated, m.expired, m.batchSize, m.batchTokens, m.queueDepth, m.running)
+		m.total, m.truncated, m.expired, m.batchSize, m.batchTokens, m.queueDepth, m.running, m.cacheHits, m.cacheMisses)
 	return m
 }
 
@@ -99,6 +107,12 @@ func (m *Metrics) observe(route, model, version string, code int, st models.Stat
 	m.total.WithLabelValues(model, version).Observe(total.Seconds())
 	if st.Truncated > 0 {
 		m.truncated.WithLabelValues(model, version).Add(float64(st.Truncated))
+	}
+	// Only versions with a cache count; both series start together, so a hit ratio has
+	// a denominator from the first request.
+	if st.CacheHits+st.CacheMisses > 0 {
+		m.cacheHits.WithLabelValues(model, version).Add(float64(st.CacheHits))
+		m.cacheMisses.WithLabelValues(model, version).Add(float64(st.CacheMisses))
 	}
 }
 

@@ -30,28 +30,28 @@ type repo struct{ r *models.Repository }
 
 func (r repo) Lookup(name string, task models.Task) (Pipeline, string, error) {
 	if name == "" {
-		m := r.r.First(task)
-		if m == nil {
+		h, ok := r.r.First(task)
+		if !ok {
 			return nil, "", &models.UnknownError{Kind: models.ErrUnknownModel, Name: "(any " + string(task) + " model)", Known: r.r.Names()}
 		}
-		return m, m.Name(), nil
+		return h, h.Name(), nil
 	}
-	m, err := r.r.Model(name)
+	h, err := r.r.Handle(name)
 	if err != nil {
 		return nil, "", err
 	}
-	return m, m.Name(), nil
+	return h, h.Name(), nil
 }
 
 func (r repo) Describe() []ModelInfo {
 	var out []ModelInfo
-	for _, name := range r.r.Names() {
-		m, _ := r.r.Model(name)
-		c := m.Config
+	for _, st := range r.r.Status() {
+		c := st.Config
 		out = append(out, ModelInfo{
 			Name: c.Name, Task: string(c.Task), MaxLength: c.MaxLength,
-			Versions: m.VersionNames(), DefaultVersion: c.DefaultVersion,
-			Pooling: string(c.Pooling), Labels: c.Labels, Dimension: m.Dimension(),
+			Versions: st.Versions, DefaultVersion: c.DefaultVersion, Traffic: c.Traffic,
+			Pooling: string(c.Pooling), Labels: c.Labels, Dimension: st.Dimension,
+			Reloads: st.Reloads, ReloadError: st.ReloadError,
 		})
 	}
 	return out

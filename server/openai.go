@@ -147,7 +147,7 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 		badOpenAIRequest(w, "input", err.Error())
 		return
 	}
-	if !s.checkInputs(w, len(texts)) {
+	if !s.checkInputs(w, texts, s.truncate(nil)) {
 		return
 	}
 	base64Out := false

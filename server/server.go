@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxInputs bounds the texts in one request (TEI's max_client_batch_size).
 	MaxInputs int
+	// MaxInputChars bounds the characters (Unicode code points) of one text; 0: no bound.
+	// A longer text is cut to it when the request truncates, else refused with 413.
+	MaxInputChars int
 	// AutoTruncate is the default of a request's `truncate`: cut inputs over the model's
 	// maximum length instead of refusing them.
 	AutoTruncate bool
@@ -115,7 +119,9 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) info(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.cfg.Info)
+	info := s.cfg.Info
+	info.Models = s.repo.Describe() // hot reloads change it
+	writeJSON(w, http.StatusOK, info)
 }
 
 // reqInfo is what a handler learns about a request that its metrics need.
@@ -204,7 +210,8 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	if !s.checkInputs(w, len(req.Inputs)) {
+	truncate := s.truncate(req.Truncate)
+	if !s.checkInputs(w, req.Inputs, truncate) {
 		return
 	}
 	p, name, err := s.repo.Lookup(req.Model, models.TaskEmbed)
@@ -212,7 +219,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	opts := models.EmbedOptions{Truncate: s.truncate(req.Truncate), Normalize: req.Normalize == nil || *req.Normalize}
+	opts := models.EmbedOptions{Truncate: truncate, Normalize: req.Normalize == nil || *req.Normalize}
 	vecs, st, err := p.Embed(r.Context(), req.Version, req.Inputs, opts)
 	if err != nil {
 		s.fail(w, r, err)
@@ -229,9 +236,6 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	if !s.checkInputs(w, len(req.Inputs.Seqs)) {
-		return
-	}
 	texts := make([]string, len(req.Inputs.Seqs))
 	for i, seq := range req.Inputs.Seqs {
 		if len(seq) != 1 {
@@ -240,12 +244,16 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		}
 		texts[i] = seq[0]
 	}
+	truncate := s.truncate(req.Truncate)
+	if !s.checkInputs(w, texts, truncate) {
+		return
+	}
 	p, name, err := s.repo.Lookup(req.Model, models.TaskClassify)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	scores, st, err := p.Classify(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: s.truncate(req.Truncate), Raw: req.RawScores})
+	scores, st, err := p.Classify(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Raw: req.RawScores})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -304,8 +312,13 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func (s *Server) checkInputs(w http.ResponseWriter, n int) bool {
-	switch {
+// checkInputs holds a request's texts to the limits: at least one, at most MaxInputs, and at
+// most MaxInputChars characters each. Every route that takes texts calls it once, before
+// tokenization. A text over MaxInputChars is cut to it in place when truncate (the request's
+// effective "truncate") is set, and refused otherwise. On a violation it answers the client
+// itself, naming the limit, and returns false.
+func (s *Server) checkInputs(w http.ResponseWriter, texts []string, truncate bool) bool {
+	switch n := len(texts); {
 	case n == 0:
 		writeError(w, http.StatusUnprocessableEntity, "Empty", "inputs is empty: send at least one text")
 		return false
@@ -313,7 +326,36 @@ func (s *Server) checkInputs(w http.ResponseWriter, n int) bool {
 		writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%d inputs is over the limit of %d per request (max_client_batch_size): split the request", n, s.cfg.MaxInputs))
 		return false
 	}
+	limit := s.cfg.MaxInputChars
+	if limit <= 0 {
+		return true
+	}
+	for i, text := range texts {
+		if len(text) <= limit { // a text has no more characters than bytes
+			continue
+		}
+		chars := utf8.RuneCountInString(text)
+		if chars <= limit {
+			continue
+		}
+		if !truncate {
+			writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d characters, over the limit of %d (max_input_chars): shorten it or send \"truncate\": true", i, chars, limit))
+			return false
+		}
+		texts[i] = cutChars(text, limit)
+	}
 	return true
+}
+
+// cutChars returns text's first n characters.
+func cutChars(text string, n int) string {
+	for i := range text {
+		if n == 0 {
+			return text[:i]
+		}
+		n--
+	}
+	return text
 }
 
 // fail maps an error from below to a status code and a one-line JSON error. It is the only
@@ -370,6 +412,9 @@ func setTiming(w http.ResponseWriter, model string, st models.Stats, start time.
 	h.Set("x-total-time", ms(time.Since(start)))
 	if st.Truncated > 0 {
 		h.Set("x-truncated-inputs", strconv.Itoa(st.Truncated))
+	}
+	if st.CacheHits > 0 {
+		h.Set("x-cache-hits", strconv.Itoa(st.CacheHits))
 	}
 }
 

@@ -31,7 +31,8 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	if !s.checkInputs(w, len(req.Inputs)) {
+	// /tokenize has no "truncate": it follows the server's auto_truncate.
+	if !s.checkInputs(w, req.Inputs, s.cfg.AutoTruncate) {
 		return
 	}
 	p, _, err := s.repo.Lookup(req.Model, models.TaskEmbed)

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,9 +26,10 @@ import (
 	"github.com/ortserve/ortserve/tokenize/hf"
 )
 
-// serveConfig is everything `server serve` takes. Each flag's default comes from its
-// environment variable when that is set.
+// serveConfig is everything `server serve` takes: defaults, then a --config file, then
+// ORTSERVE_* environment variables, then flags (config.go).
 type serveConfig struct {
+	Config   string // the YAML file read, if any
 	Addr     string
 	Models   string
 	ORTLib   string
@@ -39,6 +39,7 @@ type serveConfig struct {
 	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
 	Batch    runtime.BatchConfig
 	Grace    time.Duration
+	Reload   time.Duration // how often the model repository is checked for changes; 0: never
 	Strict   bool
 	HTTP     server.Config
 }
@@ -55,61 +56,50 @@ func cacheDir() string {
 	return filepath.Join(home, ".cache", "ortserve")
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-func envInt(key string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(key)); err == nil {
-		return v
-	}
-	return def
-}
-
-func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
-	c := serveConfig{HTTP: server.DefaultConfig()}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// defaultServeConfig is what `server serve` runs with when nothing is configured: the
+// cache `make` fills, on 127.0.0.1:8080.
+func defaultServeConfig() serveConfig {
 	cache := cacheDir()
-	fs.StringVar(&c.Addr, "addr", envOr("ORTSERVE_ADDR", "127.0.0.1:8080"), "listen address (ORTSERVE_ADDR)")
-	fs.StringVar(&c.Models, "models", envOr("ORTSERVE_MODELS", filepath.Join(cache, "models", "current")), "model repository: a folder of model folders (ORTSERVE_MODELS)")
-	fs.StringVar(&c.ORTLib, "ort-lib", envOr("ORTSERVE_ORT_LIB", filepath.Join(cache, "ort", "1.29.0", "libonnxruntime.so.1")), "ONNX Runtime shared library (ORTSERVE_ORT_LIB)")
-	fs.StringVar(&c.Device, "device", envOr("ORTSERVE_DEVICE", "auto"), "auto, cuda or cpu (ORTSERVE_DEVICE)")
-	fs.IntVar(&c.DeviceID, "device-id", envInt("ORTSERVE_DEVICE_ID", 0), "CUDA device (ORTSERVE_DEVICE_ID)")
-	fs.IntVar(&c.Sessions, "sessions", envInt("ORTSERVE_SESSIONS", 0), "sessions per model version; 0: one per core on CPU, 1 on CUDA (ORTSERVE_SESSIONS)")
-	fs.IntVar(&c.Threads, "threads", envInt("ORTSERVE_THREADS", 0), "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA (ORTSERVE_THREADS)")
-	c.Batch = runtime.DefaultBatchConfig()
-	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", envInt("ORTSERVE_MAX_BATCH", c.Batch.MaxBatchSize), "most texts one inference batch takes (ORTSERVE_MAX_BATCH)")
+	return serveConfig{
+		Addr:   "127.0.0.1:8080",
+		Models: filepath.Join(cache, "models", "current"),
+		ORTLib: filepath.Join(cache, "ort", "1.29.0", "libonnxruntime.so.1"),
+		Device: "auto",
+		Batch:  runtime.DefaultBatchConfig(),
+		Grace:  30 * time.Second,
+		Reload: 5 * time.Second,
+		HTTP:   server.DefaultConfig(),
+	}
+}
+
+// serveFlags defines serve's flags on c's fields, with c's values as their defaults. Every
+// flag --x-y is also the variable ORTSERVE_X_Y and, but for --config, a key of the config
+// file: a new flag needs a row in fileKeys (config.go) and a line in docs/config.md.
+func serveFlags(c *serveConfig) *flag.FlagSet {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&c.Config, "config", c.Config, "YAML file of settings (docs/config.md); the environment and flags override it")
+	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
+	fs.StringVar(&c.Models, "models", c.Models, "model repository: a folder of model folders")
+	fs.StringVar(&c.ORTLib, "ort-lib", c.ORTLib, "ONNX Runtime shared library")
+	fs.StringVar(&c.Device, "device", c.Device, "auto, cuda or cpu")
+	fs.IntVar(&c.DeviceID, "device-id", c.DeviceID, "CUDA device")
+	fs.IntVar(&c.Sessions, "sessions", c.Sessions, "sessions per model version; 0: one per core on CPU, 1 on CUDA")
+	fs.IntVar(&c.Threads, "threads", c.Threads, "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA")
+	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", c.Batch.MaxBatchSize, "most texts one inference batch takes")
 	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")
 	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "longest a text waits for others to batch with while a session is free")
 	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
 	fs.IntVar(&c.Batch.MaxQueueTokens, "max-queue-tokens", c.Batch.MaxQueueTokens, "tokens that may wait per model version; past it, 429")
-	fs.DurationVar(&c.Grace, "grace", 30*time.Second, "how long shutdown waits for requests in flight")
-	fs.BoolVar(&c.Strict, "strict-placement", false, "fail to load a CUDA version if any node would fall back to CPU")
+	fs.DurationVar(&c.Grace, "grace", c.Grace, "how long shutdown waits for requests in flight")
+	fs.DurationVar(&c.Reload, "reload-interval", c.Reload, "how often to check the model repository and hot-reload changed models; 0: never")
+	fs.BoolVar(&c.Strict, "strict-placement", c.Strict, "fail to load a CUDA version if any node would fall back to CPU")
 	fs.IntVar(&c.HTTP.MaxInputs, "max-inputs", c.HTTP.MaxInputs, "most texts in one request")
 	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest request body")
-	fs.BoolVar(&c.HTTP.AutoTruncate, "auto-truncate", c.HTTP.AutoTruncate, "cut inputs over a model's max length unless a request says \"truncate\": false")
+	fs.IntVar(&c.HTTP.MaxInputChars, "max-input-chars", c.HTTP.MaxInputChars, "most characters in one text: cut when the request truncates, else 413; 0: no limit")
+	fs.BoolVar(&c.HTTP.AutoTruncate, "auto-truncate", c.HTTP.AutoTruncate, "cut inputs over a model's max length (and max-input-chars) unless a request says \"truncate\": false")
 	fs.IntVar(&c.HTTP.MaxInFlight, "max-in-flight", c.HTTP.MaxInFlight, "inference requests served at once; past it, 429")
-	fs.DurationVar(&c.HTTP.RequestTimeout, "request-timeout", 0, "a request's deadline unless it sends X-Request-Timeout; 0: none")
-	if err := fs.Parse(args); err != nil {
-		return c, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %v (%w)", fs.Args(), errUsage)
-	}
-	if _, err := ort.ParseDevice(c.Device); err != nil {
-		return c, fmt.Errorf("%v (%w)", err, errUsage)
-	}
-	if c.Sessions < 0 || c.Threads < 0 || c.HTTP.MaxInputs < 1 || c.HTTP.MaxBodyBytes < 1 || c.HTTP.MaxInFlight < 1 || c.HTTP.RequestTimeout < 0 {
-		return c, fmt.Errorf("--sessions, --threads and --request-timeout must be ≥ 0; --max-inputs, --max-body-bytes and --max-in-flight ≥ 1 (%w)", errUsage)
-	}
-	if err := c.Batch.Validate(); err != nil {
-		return c, fmt.Errorf("%v (%w)", err, errUsage)
-	}
-	return c, nil
+	fs.DurationVar(&c.HTTP.RequestTimeout, "request-timeout", c.HTTP.RequestTimeout, "a request's deadline unless it sends X-Request-Timeout; 0: none")
+	return fs
 }
 
 func runServe(ctx context.Context, args []string, stdout io.Writer) error {
@@ -147,6 +137,13 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 		return err
 	}
 	defer repo.Close()
+	if c.Reload > 0 {
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); repo.Watch(wctx, c.Reload) }()
+		// Deferred after repo.Close, so it runs first: no reload races the final close.
+		defer func() { stopWatch(); <-watched }()
+	}
 
 	c.HTTP.Info = server.Info{Version: version, ORTVersion: env.Version(), Device: c.Device, Provider: string(provider), FallbackReason: why}
 	c.HTTP.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// loadWith runs loadServe with file written to dir/serve.yaml (when not empty), env as the
+// whole environment and args as the flags; "$DIR" in env values and args is dir.
+func loadWith(t *testing.T, file string, env map[string]string, args ...string) (serveConfig, string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	if file != "" {
+		if err := os.WriteFile(filepath.Join(dir, "serve.yaml"), []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range args {
+		args[i] = strings.ReplaceAll(args[i], "$DIR", dir)
+	}
+	getenv := func(k string) string { return strings.ReplaceAll(env[k], "$DIR", dir) }
+	c, err := loadServe(args, getenv, io.Discard)
+	return c, dir, err
+}
+
+// Flags beat the environment, which beats the file, which beats the defaults; layers merge
+// setting by setting.
+func TestServeConfigPrecedence(t *testing.T) {
+	const file = `
+listen: 10.0.0.1:1
+models: repo
+device: cpu
+batching:
+  max_batch_size: 8
+  max_queue_delay: 2ms
+limits:
+  max_inputs: 8
+  max_input_chars: 1000
+  auto_truncate: false
+shutdown_grace: 1m
+`
+	fromFile := func(c *serveConfig, dir string) {
+		c.Config = filepath.Join(dir, "serve.yaml")
+		c.Addr, c.Models, c.Device = "10.0.0.1:1", filepath.Join(dir, "repo"), "cpu"
+		c.Batch.MaxBatchSize, c.Batch.MaxQueueDelay = 8, 2*time.Millisecond
+		c.HTTP.MaxInputs, c.HTTP.MaxInputChars, c.HTTP.AutoTruncate = 8, 1000, false
+		c.Grace = time.Minute
+	}
+	tests := []struct {
+		name string
+		file string
+		env  map[string]string
+		args []string
+		want func(c *serveConfig, dir string)
+	}{
+		{"defaults", "", nil, nil, func(*serveConfig, string) {}},
+		{"file", file, nil, []string{"--config", "$DIR/serve.yaml"}, fromFile},
+		{"file from ORTSERVE_CONFIG", file, map[string]string{"ORTSERVE_CONFIG": "$DIR/serve.yaml"}, nil, fromFile},
+		{"--config over ORTSERVE_CONFIG", file, map[string]string{"ORTSERVE_CONFIG": "/nonexistent.yaml"}, []string{"--config", "$DIR/serve.yaml"}, fromFile},
+		{"env over file", file, map[string]string{"ORTSERVE_ADDR": ":9", "ORTSERVE_MAX_BATCH": "4", "ORTSERVE_AUTO_TRUNCATE": "true", "ORTSERVE_MAX_QUEUE_DELAY": "1ms", "ORTSERVE_THREADS": "2"},
+			[]string{"--config", "$DIR/serve.yaml"}, func(c *serveConfig, dir string) {
+				fromFile(c, dir)
+				c.Addr, c.Batch.MaxBatchSize, c.HTTP.AutoTruncate, c.Batch.MaxQueueDelay, c.Threads = ":9", 4, true, time.Millisecond, 2
+			}},
+		{"flags over env and file", file, map[string]string{"ORTSERVE_ADDR": ":9", "ORTSERVE_MAX_BATCH": "4", "ORTSERVE_MAX_INPUT_CHARS": "50"},
+			[]string{"--config", "$DIR/serve.yaml", "--addr", ":7", "--max-batch", "2", "--auto-truncate=true", "--models", "/abs/repo"}, func(c *serveConfig, dir string) {
+				fromFile(c, dir)
+				c.Addr, c.Batch.MaxBatchSize, c.HTTP.AutoTruncate, c.Models, c.HTTP.MaxInputChars = ":7", 2, true, "/abs/repo", 50
+			}},
+		{"a flag given its default still wins", file, nil, []string{"--config", "$DIR/serve.yaml", "--max-inputs", "32", "--grace", "30s"}, func(c *serveConfig, dir string) {
+			fromFile(c, dir)
+			c.HTTP.MaxInputs, c.Grace = 32, 30*time.Second
+		}},
+		{"empty env is unset", file, map[string]string{"ORTSERVE_ADDR": ""}, []string{"--config", "$DIR/serve.yaml"}, fromFile},
+		{"env alone", "", map[string]string{"ORTSERVE_MODELS": "/m", "ORTSERVE_STRICT_PLACEMENT": "true", "ORTSERVE_REQUEST_TIMEOUT": "2s", "ORTSERVE_RELOAD_INTERVAL": "0s"}, nil, func(c *serveConfig, _ string) {
+			c.Models, c.Strict, c.HTTP.RequestTimeout, c.Reload = "/m", true, 2*time.Second, 0
+		}},
+		{"empty file", "# nothing yet\n", nil, []string{"--config", "$DIR/serve.yaml"}, func(c *serveConfig, dir string) {
+			c.Config = filepath.Join(dir, "serve.yaml")
+		}},
+		{"empty section, anchors", "batching:\nlimits: &l {max_inputs: 3}\n", nil, []string{"--config", "$DIR/serve.yaml"}, func(c *serveConfig, dir string) {
+			c.Config, c.HTTP.MaxInputs = filepath.Join(dir, "serve.yaml"), 3
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, dir, err := loadWith(t, tt.file, tt.env, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := defaultServeConfig()
+			tt.want(&want, dir)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+// Every problem gets its own line naming where the value came from; all are usage errors.
+func TestServeConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		env  map[string]string
+		args []string
+		want []string // the lines, each by a part of it
+	}{
+		{"unknown key", "lisen: :8080\n", nil, nil, []string{`config $DIR/serve.yaml: line 1: unknown key "lisen": known are listen, models,`}},
+		{"unknown key in a section", "batching:\n  max_batch: 4\n", nil, nil, []string{`line 2: unknown key "max_batch" in batching: known are max_batch_size,`}},
+		{"bad duration", "batching:\n  max_queue_delay: 5\n", nil, nil, []string{`line 2: batching.max_queue_delay 5: want a duration such as 250ms`}},
+		{"not a number", "threads: many\n", nil, nil, []string{`line 1: threads many: want a whole number`}},
+		{"not a bool", "limits: {auto_truncate: yes}\n", nil, nil, []string{`line 1: limits.auto_truncate yes: want true or false`}},
+		{"negative values", "sessions: -1\nlimits:\n  max_inputs: 0\n  max_input_chars: -5\n  request_timeout: -1s\n", nil, nil, []string{
+			`config $DIR/serve.yaml: line 1: sessions -1: must be ≥ 0`,
+			`line 3: limits.max_inputs 0: must be ≥ 1`,
+			`line 4: limits.max_input_chars -5: must be ≥ 0`,
+			`line 5: limits.request_timeout -1s: must be ≥ 0`,
+		}},
+		{"bad device", "device: tpu\n", nil, nil, []string{`line 1: device "tpu": unknown device "tpu": use auto, cuda or cpu`}},
+		{"bad listen", "listen: localhost\n", nil, nil, []string{`line 1: listen "localhost": want host:port`}},
+		{"section not a mapping", "limits: 5\n", nil, nil, []string{`line 1: limits must be a mapping`}},
+		{"value not a scalar", "listen: [a, b]\n", nil, nil, []string{`line 1: listen must be a single value`}},
+		{"models as a mapping", "models:\n  minilm: {instances: 2}\n", nil, nil, []string{`line 2: models must be a single value`}},
+		{"no value", "listen:\n", nil, nil, []string{`line 1: listen has no value`}},
+		{"twice", "threads: 1\nthreads: 2\n", nil, nil, []string{`line 2: threads is given twice (first on line 1)`}},
+		{"not a mapping", "- listen\n", nil, nil, []string{`line 1: the file must be a mapping`}},
+		{"two documents", "threads: 1\n---\nthreads: 2\n", nil, nil, []string{`more than one YAML document`}},
+		{"bad YAML", "listen: [\n", nil, nil, []string{`config $DIR/serve.yaml: yaml: line`}},
+		{"missing file", "", nil, []string{"--config", "$DIR/none.yaml"}, []string{`config $DIR/none.yaml: open $DIR/none.yaml: no such file`}},
+		{"bad env", "", map[string]string{"ORTSERVE_MAX_BATCH": "x", "ORTSERVE_GRACE": "-1s"}, nil, []string{
+			`ORTSERVE_MAX_BATCH=x (batching.max_batch_size): want a whole number`,
+			`ORTSERVE_GRACE=-1s (shutdown_grace): must be ≥ 0`,
+		}},
+		{"bad flag over a good file", "limits: {max_inputs: 4}\n", nil, []string{"--max-inputs", "0"}, []string{`--max-inputs 0 (limits.max_inputs): must be ≥ 1`}},
+		{"all at once", "threads: -1\nbatching: {max_batch_size: 0}\nnope: 1\n", map[string]string{"ORTSERVE_DEVICE": "gpu"}, []string{"--max-in-flight", "0"}, []string{
+			`line 3: unknown key "nope"`,
+			`ORTSERVE_DEVICE="gpu" (device): unknown device "gpu"`,
+			`line 1: threads -1: must be ≥ 0`,
+			`line 2: batching.max_batch_size 0: must be ≥ 1`,
+			`--max-in-flight 0 (limits.max_in_flight): must be ≥ 1`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			if tt.file != "" {
+				args = append([]string{"--config", "$DIR/serve.yaml"}, args...)
+			}
+			_, dir, err := loadWith(t, tt.file, tt.env, args...)
+			if !errors.Is(err, errUsage) {
+				t.Fatalf("got %v, want a usage error", err)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(tt.want) {
+				t.Fatalf("got %d lines, want %d:\n%v", len(lines), len(tt.want), err)
+			}
+			for i, want := range tt.want {
+				if want = strings.ReplaceAll(want, "$DIR", dir); !strings.Contains(lines[i], want) {
+					t.Errorf("line %d: got %q, want it to contain %q", i+1, lines[i], want)
+				}
+			}
+		})
+	}
+}
+
+// A bad file stops `server serve` with exit code 2 before anything loads.
+func TestServeBadConfigExits2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "serve.yaml")
+	os.WriteFile(path, []byte("batching:\n  max_queue_delay: soon\n"), 0o644)
+	var out, errb bytes.Buffer
+	if code := run([]string{"serve", "--config", path}, &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "server: config "+path+": line 2: batching.max_queue_delay soon") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// The example file is read unchanged, and holds the defaults.
+func TestExampleConfig(t *testing.T) {
+	const path = "../../docs/serve.example.yaml"
+	c, err := loadServe([]string{"--config", path}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultServeConfig()
+	want.Config = path
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("docs/serve.example.yaml is not the defaults:\ngot  %+v\nwant %+v", c, want)
+	}
+	data, _ := os.ReadFile(path)
+	for _, k := range fileKeys {
+		leaf := k.key[strings.LastIndex(k.key, ".")+1:]
+		if !bytes.Contains(data, []byte(leaf+":")) {
+			t.Errorf("docs/serve.example.yaml lacks %s", k.key)
+		}
+	}
+}
+
+// Every flag is a file key and is documented; every file key is a flag.
+func TestConfigDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c serveConfig
+	fs := serveFlags(&c)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "config" && fileKey(f.Name) == "" {
+			t.Errorf("--%s has no config file key: add it to fileKeys", f.Name)
+		}
+		for _, s := range []string{"`--" + f.Name + "`", envName(f.Name)} {
+			if !bytes.Contains(doc, []byte(s)) {
+				t.Errorf("docs/config.md does not mention %s", s)
+			}
+		}
+		if !bytes.Contains(readme, []byte("`--"+f.Name+"`")) {
+			t.Errorf("README's serve flags table lacks `--%s`", f.Name)
+		}
+	})
+	for _, k := range fileKeys {
+		if fs.Lookup(k.flag) == nil {
+			t.Errorf("file key %s names no flag --%s", k.key, k.flag)
+		}
+		if !bytes.Contains(doc, []byte("`"+k.key+"`")) {
+			t.Errorf("docs/config.md does not mention `%s`", k.key)
+		}
+	}
+}
+
+// renderConfig writes c as a config file.
+func renderConfig(c *serveConfig) []byte {
+	fs := serveFlags(c)
+	doc := map[string]any{}
+	for _, k := range fileKeys {
+		v := fs.Lookup(k.flag).Value.String()
+		if section, key, ok := strings.Cut(k.key, "."); ok {
+			m, _ := doc[section].(map[string]string)
+			if m == nil {
+				m = map[string]string{}
+				doc[section] = m
+			}
+			m[key] = v
+		} else {
+			doc[k.key] = v
+		}
+	}
+	out, _ := yaml.Marshal(doc)
+	return out
+}
+
+// The file parser never panics, and what it accepts reads back the same once written out.
+func FuzzServeConfigFile(f *testing.F) {
+	example, _ := os.ReadFile("../../docs/serve.example.yaml")
+	f.Add(example)
+	for _, s := range []string{
+		"", "listen: :1\nmodels: m\n", "batching: {max_queue_delay: 1h}\n", "limits:\n  max_input_chars: 10\n  auto_truncate: false\n",
+		"a: &a [1]\nb: *a\n", "limits: *x\n", "? [a]\n: 1\n", "threads: 1\n---\n", "listen: !!binary aGk=\n", "device: \"\\u00e9\"\n",
+	} {
+		f.Add([]byte(s))
+	}
+	const path = "/etc/ortserve/serve.yaml"
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := defaultServeConfig()
+		l := newLoader(&c)
+		l.file(path, data)
+		l.validate()
+		if len(l.problems) > 0 {
+			return
+		}
+		again := defaultServeConfig()
+		l2 := newLoader(&again)
+		out := renderConfig(&c)
+		l2.file(path, out)
+		l2.validate()
+		if len(l2.problems) > 0 || !reflect.DeepEqual(c, again) {
+			t.Fatalf("accepted %q, wrote %q, read back %+v (%q), want %+v", data, out, again, l2.problems, c)
+		}
+	})
+}

@@ -1,0 +1,117 @@
+package models
+
+import (
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// entryOverhead is what the cache counts for one entry beyond its key and vector: the map
+// slot, the list element and the slice and string headers, rounded up.
+const entryOverhead = 128
+
+// cached is one text's answer as the cache keeps it. vec belongs to the cache: it is copied
+// in by add and out by get, so that no caller holds storage another request reads.
+type cached struct {
+	vec       []float32
+	truncated bool // the text was cut to the maximum length to get vec
+}
+
+func entrySize(key string, c cached) int64 {
+	return int64(len(key)) + 4*int64(len(c.vec)) + entryOverhead
+}
+
+// cache is one version's response cache: a least-recently-used map from the exact text and
+// the options that change its answer to that answer, bounded in bytes (see entrySize). It is
+// safe for concurrent use; the lock is held only to look up and to insert, never while a
+// text is tokenized or run. A nil *cache caches nothing.
+//
+// simplelru bounds entries, not bytes, so it is made unbounded in entries and the byte
+// bound is kept here with RemoveOldest.
+type cache struct {
+	max   int64
+	mu    sync.Mutex
+	lru   *simplelru.LRU[string, cached]
+	bytes int64 // sum of entrySize over lru
+}
+
+// newCache returns a cache of at most maxBytes, or nil (no cache) when maxBytes ≤ 0.
+func newCache(maxBytes int64) *cache {
+	if maxBytes <= 0 {
+		return nil
+	}
+	lru, err := simplelru.NewLRU[string, cached](math.MaxInt, nil)
+	if err != nil {
+		panic(err) // only for a size ≤ 0
+	}
+	return &cache{max: maxBytes, lru: lru}
+}
+
+// cacheKey is the text prefixed with one byte of the options that change its answer: embed's
+// normalize or classify's raw (a model does one task, so the two never share a cache), and
+// truncate, since a text over the maximum length has an answer only when it is cut.
+func cacheKey(text string, truncate, variant bool) string {
+	var flags byte
+	if truncate {
+		flags |= 1
+	}
+	if variant {
+		flags |= 2
+	}
+	return string(rune('0'+flags)) + text
+}
+
+// get returns a copy of key's answer, which the caller owns, and marks it recently used.
+func (c *cache) get(key string) (cached, bool) {
+	if c == nil {
+		return cached{}, false
+	}
+	c.mu.Lock()
+	e, ok := c.lru.Get(key)
+	c.mu.Unlock()
+	if ok {
+		// The slice is never written after add, so it may be copied outside the lock.
+		e.vec = slices.Clone(e.vec)
+	}
+	return e, ok
+}
+
+// add stores a copy of e under key, evicting the least recently used entries until the
+// cache is back within its bound. An entry larger than the whole bound is not stored.
+func (c *cache) add(key string, e cached) {
+	if c == nil {
+		return
+	}
+	size := entrySize(key, e)
+	if size > c.max {
+		return
+	}
+	e.vec = slices.Clone(e.vec)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lru.Contains(key) {
+		// Another request computed the same answer meanwhile; keep the one stored.
+		return
+	}
+	c.lru.Add(key, e)
+	c.bytes += size
+	for c.bytes > c.max {
+		k, old, ok := c.lru.RemoveOldest()
+		if !ok {
+			break
+		}
+		c.bytes -= entrySize(k, old)
+	}
+}
+
+// usage returns the entries and bytes held, for tests.
+func (c *cache) usage() (entries int, bytes int64) {
+	if c == nil {
+		return 0, 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len(), c.bytes
+}
