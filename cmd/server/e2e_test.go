@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -183,7 +184,20 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Error("health")
 		}
 		m := get(t, url+"/metrics")
+		// Earlier subtests sent traffic to minilm fp32 and int8: every phase is there for both.
+		for _, phase := range []string{"tokenize", "queue", "inference", "postprocess", "request"} {
+			for _, v := range []string{"fp32", "int8"} {
+				want := fmt.Sprintf(`ortserve_%s_duration_seconds_count{model="minilm",version="%s"}`, phase, v)
+				if !strings.Contains(m, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+		}
 		for _, want := range []string{
+			`ortserve_batch_size_count{model="minilm",version="fp32"}`,
+			`ortserve_batch_tokens_count{model="minilm",version="int8"}`,
+			`ortserve_queue_requests{model="minilm",version="fp32"} 0`,
+			`ortserve_requests_total{code="200",model="minilm",route="/embed",version="int8"}`,
 			`ortserve_execution_provider_info{model="minilm",provider="CPUExecutionProvider",version="fp32"} 1`,
 			`ortserve_execution_provider_info{model="sentiment",provider="CPUExecutionProvider",version="int8"} 1`,
 		} {

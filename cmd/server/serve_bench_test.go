@@ -115,6 +115,9 @@ func meanBatch(b *testing.B, url string) float64 {
 		v, _ := strconv.ParseFloat(string(m[1]), 64)
 		return v
 	}
+	for _, m := range regexp.MustCompile(`ortserve_batch_size_bucket\{model="minilm",version="fp32",le="([^"]+)"\} (\S+)`).FindAllSubmatch(text, -1) {
+		b.Logf("batch size ≤ %s: %s batches (cumulative)", m[1], m[2])
+	}
 	return num("ortserve_batch_size_sum") / num("ortserve_batch_size_count")
 }
 
