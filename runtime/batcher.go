@@ -216,6 +216,19 @@ func (b *Batcher) loop() {
 		}
 		waiting[r] = len(r.encs)
 	}
+	// next forms a batch and dispatches it on a free session; a request leaves the queue
+	// bounds when its last row is dispatched.
+	next := func() {
+		batch := b.form(&queue)
+		for _, w := range batch {
+			if waiting[w.req]--; waiting[w.req] == 0 {
+				delete(waiting, w.req)
+				b.release(w.req)
+			}
+		}
+		free--
+		b.dispatch(batch)
+	}
 	for {
 		// Drop rows of requests whose context ended: nobody waits for them.
 		if n := len(queue); n > 0 {
@@ -234,15 +247,7 @@ func (b *Batcher) loop() {
 		if free > 0 && len(queue) > 0 {
 			wait := b.cfg.MaxQueueDelay - time.Since(queue[0].req.enqueued)
 			if wait <= 0 || b.full(queue) {
-				batch := b.form(&queue)
-				for _, w := range batch {
-					if waiting[w.req]--; waiting[w.req] == 0 {
-						delete(waiting, w.req)
-						b.release(w.req)
-					}
-				}
-				free--
-				b.dispatch(batch)
+				next()
 				b.obs.Queue(len(waiting), b.pool.Size()-free)
 				continue
 			}
@@ -272,15 +277,7 @@ func (b *Batcher) loop() {
 					<-b.finished
 					free++
 				}
-				batch := b.form(&queue)
-				for _, w := range batch {
-					if waiting[w.req]--; waiting[w.req] == 0 {
-						delete(waiting, w.req)
-						b.release(w.req)
-					}
-				}
-				free--
-				b.dispatch(batch)
+				next()
 			}
 			for free < b.pool.Size() {
 				<-b.finished
