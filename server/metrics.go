@@ -43,6 +43,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			NativeHistogramBucketFactor: 1.1, NativeHistogramMaxBucketNumber: 160,
 		}, mv)
 	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, mv)
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, mv)
+	}
 	m := &Metrics{
 		provider: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ortserve_execution_provider_info",
@@ -59,26 +65,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		inference:   hist("ortserve_inference_duration_seconds", "Time from a request's last batch dispatch to its result (ONNX Runtime run).", latencyBuckets),
 		postprocess: hist("ortserve_postprocess_duration_seconds", "Time pooling, normalizing or applying softmax.", latencyBuckets),
 		total:       hist("ortserve_request_duration_seconds", "Time from request to response, for successful inference requests.", latencyBuckets),
-		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ortserve_truncated_inputs_total", Help: "Inputs cut to the model's max length.",
-		}, mv),
-		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ortserve_expired_requests_total", Help: "Requests dropped from the queue because their deadline passed or their client left.",
-		}, mv),
+		truncated:   counter("ortserve_truncated_inputs_total", "Inputs cut to the model's max length."),
+		expired:     counter("ortserve_expired_requests_total", "Requests dropped from the queue because their deadline passed or their client left."),
 		batchSize:   hist("ortserve_batch_size", "Rows per inference batch.", prometheus.ExponentialBuckets(1, 2, 10)),
 		batchTokens: hist("ortserve_batch_tokens", "Padded tokens (rows × longest) per inference batch.", prometheus.ExponentialBuckets(8, 2, 14)),
-		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ortserve_queue_requests", Help: "Requests waiting in a version's queue.",
-		}, mv),
-		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ortserve_batches_in_flight", Help: "Batches running on a version's sessions now.",
-		}, mv),
-		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ortserve_cache_hits_total", Help: "Inputs of successful requests answered from the version's response cache.",
-		}, mv),
-		cacheMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ortserve_cache_misses_total", Help: "Inputs of successful requests that the version's response cache did not hold, so were computed.",
-		}, mv),
+		queueDepth:  gauge("ortserve_queue_requests", "Requests waiting in a version's queue."),
+		running:     gauge("ortserve_batches_in_flight", "Batches running on a version's sessions now."),
+		cacheHits:   counter("ortserve_cache_hits_total", "Inputs of successful requests answered from the version's response cache."),
+		cacheMisses: counter("ortserve_cache_misses_total", "Inputs of successful requests that the version's response cache did not hold, so were computed."),
 	}
 	reg.MustRegister(m.provider, m.requests, m.inFlight, m.tokenize, m.queue, m.inference, m.postprocess,
 		m.total, m.truncated, m.expired, m.batchSize, m.batchTokens, m.queueDepth, m.running, m.cacheHits, m.cacheMisses)
