@@ -260,8 +260,9 @@ func (r *Repository) retire(g *generation) {
 	}
 }
 
-// Watch calls Reload every interval until ctx ends.
-func (r *Repository) Watch(ctx context.Context, interval time.Duration) {
+// Watch calls Reload every interval until ctx ends, and then, if given, changed after each
+// Reload that loaded something.
+func (r *Repository) Watch(ctx context.Context, interval time.Duration, changed func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -269,9 +270,26 @@ func (r *Repository) Watch(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			before := r.loads()
 			r.Reload() // failures are logged and kept in Status
+			if changed != nil && r.loads() != before {
+				changed()
+			}
 		}
 	}
+}
+
+// loads counts the generations loaded so far (start-up and reloads), as a change marker.
+func (r *Repository) loads() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := len(r.slots)
+	for _, s := range r.slots {
+		s.mu.RLock()
+		n += s.reloads
+		s.mu.RUnlock()
+	}
+	return n
 }
 
 // Close drains and releases every model.

@@ -79,8 +79,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// SetProviders records the provider of every version of every model.
+// SetProviders records the provider of every version of every model, forgetting versions
+// that are gone (call it again after a reload).
 func (m *Metrics) SetProviders(provider string, infos []ModelInfo) {
+	m.provider.Reset()
 	for _, mi := range infos {
 		for _, v := range mi.Versions {
 			m.provider.WithLabelValues(mi.Name, v, provider).Set(1)

@@ -90,6 +90,9 @@ func TestHotReloadUnderLoad(t *testing.T) {
 
 	write("model.yaml", cfg("int8.onnx"))
 	waitFor("the good reload", func() bool { n, e := info(); return n > before && e == "" })
+	if m := get(t, url+"/metrics"); !strings.Contains(m, `ortserve_execution_provider_info{model="sentiment",provider="CPUExecutionProvider",version="int8"} 1`) {
+		t.Error("the provider metric lost the reloaded version")
+	}
 	time.Sleep(200 * time.Millisecond)
 	stop.Store(true)
 	wg.Wait()

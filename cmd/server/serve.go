@@ -140,7 +140,10 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	if c.Reload > 0 {
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
-		go func() { defer close(watched); repo.Watch(wctx, c.Reload) }()
+		go func() {
+			defer close(watched)
+			repo.Watch(wctx, c.Reload, func() { metrics.SetProviders(string(provider), server.FromModels(repo).Describe()) })
+		}()
 		// Deferred after repo.Close, so it runs first: no reload races the final close.
 		defer func() { stopWatch(); <-watched }()
 	}
