@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ortserve/ortserve/tokenize"
 )
@@ -104,32 +103,4 @@ func (p *Pool) Close() error {
 		return fmt.Errorf("runtime: closing pool: %w", err)
 	}
 	return nil
-}
-
-// Direct runs a request's encodings straight on a Runner, in chunks of at most MaxBatch
-// rows, each padded to its own longest. It is the executor to use without dynamic batching.
-type Direct struct {
-	Runner   Runner
-	MaxBatch int
-}
-
-// Execute returns one tensor per encoding, in order.
-func (d Direct) Execute(ctx context.Context, encs []tokenize.Encoding) ([]Tensor, ExecStats, error) {
-	step := d.MaxBatch
-	if step <= 0 {
-		step = len(encs)
-	}
-	start := time.Now()
-	var st ExecStats
-	out := make([]Tensor, 0, len(encs))
-	for i := 0; i < len(encs); i += step {
-		t, err := d.Runner.Run(ctx, tokenize.Pad(encs[i:min(i+step, len(encs))]))
-		st.Batches++
-		if err != nil {
-			return nil, st, err
-		}
-		out = append(out, t.Rows()...)
-	}
-	st.Inference = time.Since(start)
-	return out, st, nil
 }

@@ -121,27 +121,6 @@ func TestPoolCloseWaitsForRuns(t *testing.T) {
 	})
 }
 
-func TestDirectChunksAndKeepsOrder(t *testing.T) {
-	s := &fakeSession{}
-	d := runtime.Direct{Runner: s, MaxBatch: 2}
-	encs := []tokenize.Encoding{
-		{IDs: []int64{10}}, {IDs: []int64{11, 0, 0}}, {IDs: []int64{12}}, {IDs: []int64{13, 1}}, {IDs: []int64{14}},
-	}
-	out, st, err := d.Execute(t.Context(), encs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out) != len(encs) || s.runs != 3 || st.Batches != 3 {
-		t.Fatalf("%d outputs in %d runs, want 5 in 3", len(out), s.runs)
-	}
-	wantCols := []float32{3, 3, 2, 2, 1} // each chunk padded to its own longest
-	for i, o := range out {
-		if o.Data[0] != float32(10+i) || o.Data[1] != wantCols[i] || len(o.Shape) != 1 {
-			t.Errorf("row %d: %v %v", i, o.Shape, o.Data)
-		}
-	}
-}
-
 func TestTensorRows(t *testing.T) {
 	tt := runtime.Tensor{Shape: []int64{2, 2, 3}, Data: []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}
 	rows := tt.Rows()
