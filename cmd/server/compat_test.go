@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -193,13 +192,8 @@ func testCompat(t *testing.T, url string, texts []string) {
 // postJSONErr posts body and decodes the answer into out, which is expected to be an error.
 func postJSONErr(t *testing.T, url string, body, out any) *http.Response {
 	t.Helper()
-	data, _ := json.Marshal(body)
-	resp, err := http.Post(url, "application/json", bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	resp, raw := postRaw(t, url, body)
+	if err := json.Unmarshal(raw, out); err != nil {
 		t.Errorf("%s: %d, body: %v", url, resp.StatusCode, err)
 	}
 	return resp

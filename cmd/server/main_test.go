@@ -226,7 +226,8 @@ func startServer(t testing.TB, args ...string) string {
 	return strings.TrimSpace(line[strings.Index(line, "http://"):])
 }
 
-func postJSON(t *testing.T, url string, body any, out any) *http.Response {
+// postRaw posts body as JSON and returns the response with its whole body read.
+func postRaw(t *testing.T, url string, body any) (*http.Response, []byte) {
 	t.Helper()
 	data, _ := json.Marshal(body)
 	resp, err := http.Post(url, "application/json", bytes.NewReader(data))
@@ -235,6 +236,13 @@ func postJSON(t *testing.T, url string, body any, out any) *http.Response {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	return resp, raw
+}
+
+// postJSON posts body and, on a 200, decodes the answer into out (when not nil).
+func postJSON(t *testing.T, url string, body any, out any) *http.Response {
+	t.Helper()
+	resp, raw := postRaw(t, url, body)
 	if out != nil && resp.StatusCode == 200 {
 		if err := json.Unmarshal(raw, out); err != nil {
 			t.Fatalf("%s: %v", raw, err)
