@@ -29,7 +29,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"serve":   {"serve models over HTTP", runServe},
-		"bench":   {"find the latency/throughput operating point (not implemented yet)", notImplemented("bench")},
+		"bench":   {"find the latency/throughput operating point, fp32 vs int8 against an SLO", runBench},
 		"gate":    {"accuracy gate for quantized versions (not implemented yet)", notImplemented("gate")},
 		"inspect": {"show a model's inputs, outputs and node placement (not implemented yet)", notImplemented("inspect")},
 		"version": {"print the version", func(_ context.Context, _ []string, w io.Writer) error {

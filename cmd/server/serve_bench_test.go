@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,10 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
-	"github.com/ortserve/ortserve/tokenize"
-	"github.com/ortserve/ortserve/tokenize/hf"
 )
 
 // benchSentences are single sentences of everyday length (8–20 tokens), as a search or
@@ -123,48 +119,29 @@ func meanBatch(b *testing.B, url string) float64 {
 
 // BenchmarkRawSession is the physical limit the server is judged against: MiniLM fp32 on the
 // server's default sessions × threads (one single-thread session per core), fed pre-tokenized
-// batches of the same sentences from one goroutine per session, no HTTP.
+// batches of the same sentences from one goroutine per session, no HTTP. It is what
+// `server bench --offline` reports (offlineLimit); each iteration measures for a second.
 func BenchmarkRawSession(b *testing.B) {
-	models := os.Getenv("ORTSERVE_MODELS")
-	tok, err := hf.Load(filepath.Join(models, "minilm", "tokenizer.json"), 256)
+	c, _ := parseServe(nil, io.Discard)
+	be := newBackend(testEnv, c, ort.ProviderCPU, nil)
+	r, err := openOffline(b.Context(), be, filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm"), "fp32", benchSentences)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer tok.Close()
-	encs, _ := tok.Encode(benchSentences, tokenize.Options{Truncate: true})
-	c, _ := parseServe(nil, io.Discard)
-	be := newBackend(testEnv, c, ort.ProviderCPU, nil)
-	var sessions []runtime.Session
-	for range be.sessions {
-		s, err := testEnv.NewSession(filepath.Join(models, "minilm", "fp32.onnx"), ort.Options{Provider: ort.ProviderCPU, IntraOpThreads: be.threads, InterOpThreads: 1, Output: "last_hidden_state"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		sessions = append(sessions, s)
-	}
-	pool := runtime.NewPool(sessions)
-	defer pool.Close()
+	defer r.Close()
 	for _, size := range []int{1, 4, 16, 32, 64} {
-		batch := make([]tokenize.Encoding, size)
-		for i := range batch {
-			batch[i] = encs[i%len(encs)]
-		}
-		padded := tokenize.Pad(batch)
-		b.Run(fmt.Sprintf("sessions=%d/threads=%d/batch=%d", be.sessions, be.threads, size), func(b *testing.B) {
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			for range pool.Size() {
-				wg.Go(func() {
-					for next.Add(1) <= int64(b.N) {
-						if _, err := pool.Run(context.Background(), padded); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
+		b.Run(fmt.Sprintf("sessions=%d/threads=%d/batch=%d", len(r.sessions), be.threads, size), func(b *testing.B) {
+			var items, p50 float64
+			for b.Loop() {
+				p, err := r.measure(b.Context(), size, time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				items += p.ItemsPerS
+				p50 += p.P50
 			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "texts/s")
+			b.ReportMetric(items/float64(b.N), "texts/s")
+			b.ReportMetric(p50/float64(b.N), "p50-ms")
 		})
 	}
 }

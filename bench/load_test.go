@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// fakeServer is an http.RoundTripper whose latency the test decides. It runs inside a
+// synctest bubble, so its sleeps are the fake clock's and the latencies are exact.
+type fakeServer struct {
+	// pool, if set, is the client's connection pool: a request waits for a slot before it
+	// is on the wire (GotConn), a queue the server never sees.
+	pool chan struct{}
+	// sessions, if set, is the server's own capacity: a request on the wire waits for one.
+	sessions chan struct{}
+	// latency is the service time of request n arriving at now.
+	latency func(n int64, now time.Time) time.Duration
+	n       atomic.Int64
+}
+
+func (f *fakeServer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if f.pool != nil {
+		f.pool <- struct{}{}
+		defer func() { <-f.pool }()
+	}
+	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil && tr.GotConn != nil {
+		tr.GotConn(httptrace.GotConnInfo{})
+	}
+	io.Copy(io.Discard, req.Body)
+	start := time.Now()
+	if f.sessions != nil {
+		f.sessions <- struct{}{}
+		defer func() { <-f.sessions }()
+	}
+	d := f.latency(f.n.Add(1), time.Now())
+	select {
+	case <-time.After(d):
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	h := http.Header{}
+	total := time.Since(start)
+	h.Set("x-total-time", strconvMS(total))
+	h.Set("x-queue-time", strconvMS(total-d))
+	h.Set("x-inference-time", strconvMS(d))
+	h.Set("x-tokenization-time", "0.000")
+	h.Set("x-compute-tokens", "12")
+	return &http.Response{StatusCode: 200, Status: "200 OK", Header: h, Body: io.NopCloser(strings.NewReader(`[[0.5]]`)), Request: req}, nil
+}
+
+func strconvMS(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
+
+func fakeClient(f *fakeServer) Doer { return &http.Client{Transport: f} }
+
+var words = &Workload{Source: "test", Texts: []string{"one", "two words", "three more words"}}
+
+var target = Target{URL: "http://fake", Route: "/predict", Model: "m", Version: "v"}
+
+// uniform spreads latencies evenly over [10ms, 110ms) whatever the arrival order.
+func uniform(n int64, _ time.Time) time.Duration {
+	return 10*time.Millisecond + time.Duration((n*7919)%1000)*100*time.Microsecond
+}
+
+func TestRecoversKnownLatency(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec StepSpec
+	}{
+		{"open constant", StepSpec{Rate: 200}},
+		{"open poisson", StepSpec{Rate: 200, Poisson: true, Seed: 7}},
+		{"closed", StepSpec{Concurrency: 8}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				spec := tc.spec
+				spec.Warmup, spec.Duration, spec.Inputs = time.Second, 10*time.Second, 1
+				st, err := RunStep(t.Context(), fakeClient(&fakeServer{latency: uniform}), target, words, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Uniform on [10, 110) ms: p50 60, p95 105.
+				near(t, "p50", st.Latency.P50, 60, 0.03)
+				near(t, "p95", st.Latency.P95, 105, 0.03)
+				near(t, "mean", st.Latency.Mean, 60, 0.03)
+				if st.OK != st.Sent || st.Sent == 0 {
+					t.Errorf("ok %d of %d sent", st.OK, st.Sent)
+				}
+				if spec.Rate > 0 {
+					near(t, "achieved", st.Achieved, spec.Rate, 0.1)
+				}
+				if st.Little.Flag {
+					t.Errorf("Little's Law flagged a queue-free server: %+v", st.Little)
+				}
+				if !st.Phases.Headers || st.Dominant != "inference" {
+					t.Errorf("phases %+v, dominant %q: want server headers read and inference dominant", st.Phases, st.Dominant)
+				}
+				near(t, "inference phase", st.Phases.Inference, 60, 0.03)
+				if st.TokensPerS != 12*st.Achieved {
+					t.Errorf("tokens/s %v, want 12 × %v", st.TokensPerS, st.Achieved)
+				}
+			})
+		})
+	}
+}
+
+func near(t *testing.T, what string, got, want, tol float64) {
+	t.Helper()
+	if math.Abs(got-want) > tol*want {
+		t.Errorf("%s = %.3f, want %.3f ± %.0f%%", what, got, want, tol*100)
+	}
+}
+
+// A server that stalls every request for a second: the open-loop p99 shows the second,
+// where a closed loop of one client (latency from the actual send) sees one slow request in
+// hundreds and hides it — coordinated omission.
+func TestStallShowsInOpenLoopTail(t *testing.T) {
+	stall := func(_ int64, now time.Time) time.Duration { return 5 * time.Millisecond }
+	run := func(spec StepSpec) Step {
+		var st Step
+		synctest.Test(t, func(t *testing.T) {
+			begin := time.Now()
+			f := &fakeServer{latency: func(n int64, now time.Time) time.Duration {
+				// From 2 s to 3 s the server answers nothing; what arrives then waits.
+				if at := now.Sub(begin); at >= 2*time.Second && at < 3*time.Second {
+					return 3*time.Second - at + stall(n, now)
+				}
+				return stall(n, now)
+			}}
+			spec.Duration, spec.Inputs = 5*time.Second, 1
+			var err error
+			st, err = RunStep(t.Context(), fakeClient(f), target, words, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+		return st
+	}
+	open := run(StepSpec{Rate: 100})
+	if open.Latency.P99 < 900 {
+		t.Errorf("open-loop p99 %.1f ms: the 1 s stall is hidden", open.Latency.P99)
+	}
+	if open.Latency.P90 < 400 {
+		t.Errorf("open-loop p90 %.1f ms: a fifth of the requests arrived during the stall", open.Latency.P90)
+	}
+	closed := run(StepSpec{Concurrency: 1})
+	if closed.Latency.Max < 900 || closed.Latency.P99 > 50 {
+		t.Errorf("closed loop: max %.1f ms, p99 %.1f ms: want the stall in max only (coordinated omission)", closed.Latency.Max, closed.Latency.P99)
+	}
+}
+
+// A client connection pool of two in front of a server taking 20 ms: requests queue for a
+// connection where neither the server nor the in-flight count sees them. Little's Law
+// exposes it; without the pool it holds.
+func TestLittleFlagsHiddenQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pool int
+		flag bool
+	}{
+		{"no hidden queue", 0, false},
+		{"pool of two", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeServer{latency: func(int64, time.Time) time.Duration { return 20 * time.Millisecond }}
+				if tc.pool > 0 {
+					f.pool = make(chan struct{}, tc.pool)
+				}
+				st, err := RunStep(t.Context(), fakeClient(f), target, words, StepSpec{Rate: 90, Poisson: true, Seed: 3, Warmup: time.Second, Duration: 20 * time.Second, Inputs: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Little.Flag != tc.flag {
+					t.Errorf("flag %v, want %v: %+v", st.Little.Flag, tc.flag, st.Little)
+				}
+				if tc.flag && st.Dominant != "client" {
+					t.Errorf("dominant %q, want client: %+v", st.Dominant, st.Phases)
+				}
+			})
+		})
+	}
+}
+
+// The generator's own cap on requests outstanding is a hidden queue too, and is flagged.
+func TestLittleFlagsGeneratorCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeServer{latency: func(int64, time.Time) time.Duration { return 20 * time.Millisecond }}
+		st, err := RunStep(t.Context(), fakeClient(f), target, words, StepSpec{Rate: 90, Poisson: true, Seed: 3, Warmup: time.Second, Duration: 20 * time.Second, Inputs: 1, MaxInFlight: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Little.Flag {
+			t.Errorf("not flagged: %+v", st.Little)
+		}
+	})
+}
+
+// A server of four sessions taking 10 ms each tops out at 400 rps; the search for p95 ≤
+// 50 ms must land below that and above where the queue is still short.
+func TestSearchFindsCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeServer{sessions: make(chan struct{}, 4), latency: func(int64, time.Time) time.Duration { return 10 * time.Millisecond }}
+		o := DefaultOptions()
+		o.Targets = []Target{target, {URL: "http://fake", Route: "/predict", Model: "m", Version: "w"}}
+		o.SLO = &SLO{P95: 50 * time.Millisecond, RPS: 500}
+		o.Warmup, o.Step = 500*time.Millisecond, 3*time.Second
+		o.Price = 2
+		var seen []Progress
+		o.Progress = func(p Progress) { seen = append(seen, p) }
+		r, err := Measure(t.Context(), fakeClient(f), words, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Runs) != 1 || len(r.Runs[0].Versions) != 2 {
+			t.Fatalf("runs %+v", r.Runs)
+		}
+		for _, v := range r.Runs[0].Versions {
+			if v.Best < 250 || v.Best > 400 {
+				t.Errorf("%s: best %.0f rps, want within (250, 400]: steps %+v", v.Name, v.Best, rates(v.Steps))
+			}
+			if v.Verdict == nil || v.Verdict.Meets {
+				t.Errorf("%s: verdict %+v, want not met (500 rps target)", v.Name, v.Verdict)
+			}
+			if v.Plan == nil || v.Plan.Replicas != int(math.Ceil(500*1.3/v.Best)) || v.Plan.CostPerMillion <= 0 {
+				t.Errorf("%s: plan %+v", v.Name, v.Plan)
+			}
+			if len(v.Steps) > o.Search.MaxSteps {
+				t.Errorf("%s: %d steps, budget %d", v.Name, len(v.Steps), o.Search.MaxSteps)
+			}
+		}
+		// Interleaved: the targets alternate.
+		if len(seen) < 4 || seen[0].Target == seen[1].Target {
+			t.Errorf("steps not interleaved: %+v", seen[:min(4, len(seen))])
+		}
+	})
+}
+
+func rates(steps []Step) []float64 {
+	var out []float64
+	for _, s := range steps {
+		out = append(out, s.Offered)
+	}
+	return out
+}
+
+func TestRepeatReportsVariance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeServer{latency: uniform}
+		o := DefaultOptions()
+		o.Targets = []Target{target}
+		o.Rates = []float64{50, 100}
+		o.SLO = &SLO{P95: 200 * time.Millisecond}
+		o.Repeat = 3
+		r, err := Measure(t.Context(), fakeClient(f), words, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Runs) != 3 || len(r.Variance) != 1 {
+			t.Fatalf("%d runs, %d variance rows", len(r.Runs), len(r.Variance))
+		}
+		v := r.Variance[0]
+		if v.Rate != 100 || v.Best.Mean != 100 || v.Best.SD != 0 || v.P95.Mean < 90 || v.P95.Max < v.P95.Min {
+			t.Errorf("variance %+v", v)
+		}
+	})
+}
+
+// A run cut short by ctx returns what it measured and ctx's error.
+func TestRunInterrupted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		f := &fakeServer{latency: func(int64, time.Time) time.Duration { return time.Millisecond }}
+		o := DefaultOptions()
+		o.Targets = []Target{target}
+		o.Rates = []float64{10, 20, 30}
+		o.Progress = func(p Progress) {
+			if p.Step == 2 {
+				time.AfterFunc(time.Second, cancel)
+			}
+		}
+		r, err := Measure(ctx, fakeClient(f), words, o)
+		if err != context.Canceled {
+			t.Fatalf("err %v, want context.Canceled", err)
+		}
+		steps := r.Runs[0].Versions[0].Steps
+		if len(steps) != 2 || !steps[1].Interrupted {
+			t.Errorf("steps %+v", steps)
+		}
+	})
+}
+
+// The real HTTP path: statuses are counted and timing headers read from a real server.
+// Nothing here depends on timing.
+func TestRealHTTP(t *testing.T) {
+	var n atomic.Int64
+	var bodies atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies.Store(string(b))
+		if r.URL.Path != "/predict" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("x-total-time", "1.5")
+		w.Header().Set("x-inference-time", "1.0")
+		if n.Add(1)%10 == 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.Write([]byte(`[[{"label":"pos","score":0.9}]]`))
+	}))
+	defer srv.Close()
+	tg := target
+	tg.URL = srv.URL
+	st, err := RunStep(t.Context(), srv.Client(), tg, words, StepSpec{Rate: 400, Duration: 250 * time.Millisecond, Inputs: 2, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sent != 100 || st.Rejected != 10 || st.OK != 90 || st.Errors != 0 {
+		t.Errorf("sent %d ok %d rejected %d errors %d (%s)", st.Sent, st.OK, st.Rejected, st.Errors, st.ErrorSample)
+	}
+	if !st.Phases.Headers || st.Phases.Server != 1.5 || st.ItemsPerS != 2*st.Achieved {
+		t.Errorf("phases %+v items/s %v achieved %v", st.Phases, st.ItemsPerS, st.Achieved)
+	}
+	if b := bodies.Load().(string); !strings.Contains(b, `"inputs":[`) || !strings.Contains(b, `"model":"m"`) || !strings.Contains(b, `"version":"v"`) {
+		t.Errorf("body %s", b)
+	}
+}

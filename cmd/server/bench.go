@@ -1,0 +1,521 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ortserve/ortserve/bench"
+	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/server"
+)
+
+// benchConfig is everything `server bench` takes.
+type benchConfig struct {
+	URL         string
+	Self        bool
+	Config      string // serve config for --self
+	AllowRemote bool
+	Model       string
+	Versions    string
+	Route       string
+	Data        string
+	Column      string
+	Rate        string
+	Concurrency string
+	Arrival     string
+	SLO         string
+	Offline     bool
+	OfflinePer  time.Duration
+	JSON        string
+	Markdown    string
+	HTML        string
+	Quiet       bool
+	Opts        bench.Options
+}
+
+func benchFlags(c *benchConfig) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	o := &c.Opts
+	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "server to measure (loopback unless --allow-remote)")
+	fs.BoolVar(&c.Self, "self", false, "start `server serve` in this process (on 127.0.0.1, a free port) and measure it")
+	fs.StringVar(&c.Config, "config", "", "with --self: the serve config file (docs/config.md); ORTSERVE_* variables apply too")
+	fs.BoolVar(&c.AllowRemote, "allow-remote", false, "allow a --url that is not loopback")
+	fs.StringVar(&c.Model, "model", "", "model to measure; default: the server's first model (from /info)")
+	fs.StringVar(&c.Versions, "versions", "", "comma-separated versions compared side by side, the first the baseline; default: all the model's versions")
+	fs.StringVar(&c.Route, "route", "", "/embed, /predict or /v1/embeddings; default: by the model's task")
+	fs.StringVar(&c.Data, "data", "", "texts to send: .txt (a line each), .csv/.tsv or .jsonl with --column; default: the built-in set")
+	fs.StringVar(&c.Column, "column", "text", "CSV/TSV column or JSONL field of the texts")
+	fs.IntVar(&o.Inputs, "inputs", o.Inputs, "texts per request")
+	fs.StringVar(&c.Rate, "rate", "", "open-loop rates in requests/s: 100, 50,100,200 or 50:1000:50; default with --slo: search for the highest rate meeting it")
+	fs.StringVar(&c.Concurrency, "concurrency", "", "closed-loop clients instead of rates: 1,4,16 or 1:64:8 (latency from the actual send)")
+	fs.StringVar(&c.Arrival, "arrival", "poisson", "open-loop arrivals: poisson or constant")
+	fs.StringVar(&c.SLO, "slo", "", "service level, as p95=150ms,rps=600 (rps optional)")
+	fs.Float64Var(&o.Search.Start, "search-start", 0, "rate the SLO search starts at; 0: a quarter of the offline limit, or 16")
+	fs.IntVar(&o.Search.MaxSteps, "search-steps", o.Search.MaxSteps, "most steps the SLO search spends on a version")
+	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "load applied before each step's measured window")
+	fs.DurationVar(&o.Step, "step", o.Step, "measured window of each step")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "per request; a request with no answer by then counts as a timeout")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "the generator's cap on requests outstanding; 0: none")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of Poisson arrivals and the workload's starting point")
+	fs.BoolVar(&o.KeepGoing, "keep-going", false, "sweep every --rate even past a version's saturation")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of the whole bench, to see run-to-run variance")
+	fs.Float64Var(&o.Price, "price-per-hour", 0, "price of one server per hour, for cost per million requests")
+	fs.BoolVar(&c.Offline, "offline", false, "also measure raw ONNX Runtime throughput of each version (no HTTP) and report serving efficiency; on by default with --self")
+	fs.DurationVar(&c.OfflinePer, "offline-step", time.Second, "time per batch size of the --offline measurement")
+	fs.StringVar(&c.JSON, "json", "", "write the report as JSON (the data; `server bench compare` reads it)")
+	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
+	fs.StringVar(&c.HTML, "html", "", "write the report as one HTML file with SVG plots")
+	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: server bench [flags]            measure a server (or --self)
+       server bench compare A.json B.json  before/after deltas of two reports
+
+Finds the latency/throughput operating point: open-loop load (latency from the intended send
+time), model versions compared side by side with their steps interleaved, against an SLO.
+Examples:
+  server bench --self --model sentiment --versions fp32,int8 --slo p95=100ms
+  server bench --url http://127.0.0.1:8080 --model minilm --rate 50:400:50 --html bench.html
+
+`)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "compare" {
+		return runCompare(args[1:], stdout)
+	}
+	c := benchConfig{Opts: bench.DefaultOptions()}
+	fs := benchFlags(&c)
+	fs.SetOutput(os.Stderr)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v: server bench takes flags; compare is `server bench compare A.json B.json` (%w)", fs.Args(), errUsage)
+	}
+	offlineSet := false
+	fs.Visit(func(f *flag.Flag) { offlineSet = offlineSet || f.Name == "offline" })
+	if c.Self && !offlineSet {
+		c.Offline = true
+	}
+	if err := c.parse(); err != nil {
+		return fmt.Errorf("%w (%w)", err, errUsage)
+	}
+	w, err := c.workload()
+	if err != nil {
+		return fmt.Errorf("%w (%w)", err, errUsage)
+	}
+
+	// With --self, or --offline, this process opens ONNX Runtime.
+	var env *ort.Env
+	sc := defaultServeConfig()
+	if c.Self || c.Offline {
+		if sc, err = loadServe(configArgs(c.Config), os.Getenv, os.Stderr); err != nil {
+			return err
+		}
+		if env, err = ort.Open(sc.ORTLib); err != nil {
+			return err
+		}
+		defer env.Close()
+	}
+	target := "self"
+	if c.Self {
+		sctx, stop := context.WithCancel(ctx)
+		addr, done, err := serveSelf(sctx, sc, env)
+		if err != nil {
+			stop()
+			return err
+		}
+		defer func() { stop(); <-done }()
+		c.URL = "http://" + addr
+		if c.Config != "" {
+			target = "self (" + c.Config + ")"
+		}
+	} else {
+		target = c.URL
+	}
+
+	client := &http.Client{Transport: &http.Transport{
+		MaxIdleConns: 0, MaxIdleConnsPerHost: max(64, c.Opts.MaxInFlight), IdleConnTimeout: 30 * time.Second,
+		DisableCompression: true,
+	}}
+	defer client.CloseIdleConnections()
+	if err := c.targets(ctx, client); err != nil {
+		return err
+	}
+
+	if c.Offline {
+		if err := c.offline(ctx, env, sc, w); err != nil {
+			return err
+		}
+	}
+	if c.Opts.Search.Start == 0 {
+		c.Opts.Search.Start = 16
+		if raw := minOffline(c.Opts.Offline); raw > 0 {
+			c.Opts.Search.Start = math.Max(1, math.Round(raw/4/float64(c.Opts.Inputs)))
+		}
+	}
+	bar := newProgress(os.Stderr, c.Quiet)
+	c.Opts.Progress = bar.update
+	r, err := bench.Measure(ctx, client, w, c.Opts)
+	bar.done()
+	if r == nil {
+		return err
+	}
+	r.Tool = "ortserve " + version
+	r.Target = target
+	if c.Self {
+		r.Notes = append(r.Notes, fmt.Sprintf("--self: the load generator and the server shared this machine's %d CPUs; the generator's own CPU time competes with inference", r.Host.CPUs))
+	}
+	if err != nil {
+		r.Notes = append(r.Notes, "interrupted: the report holds the steps measured before "+err.Error())
+	}
+	if werr := c.write(r, stdout); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// configArgs are the serve arguments --self starts with.
+func configArgs(config string) []string {
+	if config == "" {
+		return nil
+	}
+	return []string{"--config", config}
+}
+
+// parse checks the flags and fills the options; errors are one line each.
+func (c *benchConfig) parse() error {
+	o := &c.Opts
+	var err error
+	if c.Rate != "" {
+		if o.Rates, err = bench.ParseRates(c.Rate); err != nil {
+			return fmt.Errorf("--rate %w", err)
+		}
+	}
+	if c.Concurrency != "" {
+		if o.Concurrency, err = bench.ParseConcurrency(c.Concurrency); err != nil {
+			return err
+		}
+	}
+	if c.SLO != "" {
+		if o.SLO, err = bench.ParseSLO(c.SLO); err != nil {
+			return err
+		}
+	}
+	switch c.Arrival {
+	case "poisson":
+		o.Poisson = true
+	case "constant":
+		o.Poisson = false
+	default:
+		return fmt.Errorf("--arrival %q: use poisson or constant", c.Arrival)
+	}
+	if c.Route != "" {
+		if err := bench.CheckRoute(c.Route); err != nil {
+			return err
+		}
+	}
+	if !c.Self {
+		u, err := url.Parse(c.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--url %q is not an http(s) URL: write it as http://127.0.0.1:8080", c.URL)
+		}
+		if !c.AllowRemote && !loopback(u.Hostname()) {
+			return fmt.Errorf("--url %q is not loopback: load tests stay on this machine unless you pass --allow-remote", c.URL)
+		}
+	}
+	if len(o.Rates) == 0 && len(o.Concurrency) == 0 && o.SLO == nil {
+		return errors.New("no load given: pass --slo p95=100ms to search for the highest rate that meets it, or --rate / --concurrency to sweep")
+	}
+	return nil
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (c *benchConfig) workload() (*bench.Workload, error) {
+	if c.Data == "" {
+		return bench.BuiltIn(), nil
+	}
+	return bench.LoadWorkload(c.Data, c.Column)
+}
+
+// targets fills the versions to compare and the route from the server's /info, when it has
+// one; a server without it (a peer) is measured as it is, with the flags given.
+func (c *benchConfig) targets(ctx context.Context, client *http.Client) error {
+	info, err := fetchInfo(ctx, client, c.URL)
+	var m *server.ModelInfo
+	if err == nil {
+		for i := range info.Models {
+			if c.Model == "" || info.Models[i].Name == c.Model {
+				m = &info.Models[i]
+				break
+			}
+		}
+		if m == nil && c.Model != "" {
+			var names []string
+			for _, mi := range info.Models {
+				names = append(names, mi.Name)
+			}
+			return fmt.Errorf("--model %q: %s serves %v (%w)", c.Model, c.URL, names, errUsage)
+		}
+	} else if errors.Is(err, context.Canceled) {
+		return err
+	}
+	versions := splitList(c.Versions)
+	if m != nil {
+		c.Model = m.Name
+		if len(versions) == 0 {
+			versions = m.Versions
+		}
+		for _, v := range versions {
+			if !slices.Contains(m.Versions, v) {
+				return fmt.Errorf("--versions: %s has no version %q: it has %v (%w)", m.Name, v, m.Versions, errUsage)
+			}
+		}
+		if c.Route == "" {
+			c.Route = "/embed"
+			if m.Task == "classify" {
+				c.Route = "/predict"
+			}
+		}
+	}
+	if c.Route == "" {
+		c.Route = "/embed"
+	}
+	if len(versions) == 0 {
+		versions = []string{""}
+	}
+	for _, v := range versions {
+		c.Opts.Targets = append(c.Opts.Targets, bench.Target{URL: c.URL, Route: c.Route, Model: c.Model, Version: v})
+	}
+	if c.Offline && (m == nil || c.Model == "") {
+		return fmt.Errorf("--offline needs a model the server lists in /info, with its files in the model repository (%w)", errUsage)
+	}
+	return nil
+}
+
+func fetchInfo(ctx context.Context, client *http.Client, base string) (*server.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/info", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/info: %s", resp.Status)
+	}
+	var info server.Info
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		return nil, fmt.Errorf("/info: %w", err)
+	}
+	return &info, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// offline measures each target version's raw session throughput, before any load, with
+// the sessions and threads serve gives it.
+func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload) error {
+	device, _ := ort.ParseDevice(sc.Device)
+	provider, _, err := env.Resolve(device, sc.DeviceID)
+	if err != nil {
+		return err
+	}
+	b := newBackend(env, sc, provider, nil)
+	c.Opts.Offline = map[string][]bench.OfflinePoint{}
+	texts := w.Texts
+	if c.Opts.Inputs > 1 {
+		texts = nil
+		for i := range len(w.Texts) {
+			texts = append(texts, w.Request(i, 1)...)
+		}
+	}
+	for _, t := range c.Opts.Targets {
+		if !c.Quiet {
+			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), offlineBatches(sc.Batch.MaxBatchSize), c.OfflinePer)
+		}
+		pts, err := offlineLimit(ctx, b, filepath.Join(sc.Models, t.Model), t.Version, texts, offlineBatches(sc.Batch.MaxBatchSize), c.OfflinePer)
+		if err != nil {
+			return fmt.Errorf("--offline %s: %w", t.Name(), err)
+		}
+		c.Opts.Offline[t.Name()] = pts
+	}
+	return nil
+}
+
+func minOffline(m map[string][]bench.OfflinePoint) float64 {
+	var lo float64
+	for _, pts := range m {
+		var best float64
+		for _, p := range pts {
+			best = max(best, p.ItemsPerS)
+		}
+		if best > 0 && (lo == 0 || best < lo) {
+			lo = best
+		}
+	}
+	return lo
+}
+
+// serveSelf starts serve on a free loopback port and returns its address once it listens;
+// done closes when it has shut down after ctx ends.
+func serveSelf(ctx context.Context, c serveConfig, env *ort.Env) (string, <-chan struct{}, error) {
+	c.Addr = "127.0.0.1:0"
+	c.Reload = 0
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		defer close(done)
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		err := serve(ctx, c, env, log, pw)
+		pw.CloseWithError(cmpErr(err, io.EOF))
+		errc <- err
+	}()
+	// serve prints "ortserve <version> listening on http://ADDR" once it is ready.
+	var line []byte
+	buf := make([]byte, 256)
+	for !strings.Contains(string(line), "\n") {
+		n, err := pr.Read(buf)
+		line = append(line, buf[:n]...)
+		if err != nil {
+			<-done
+			if serr := <-errc; serr != nil {
+				return "", nil, fmt.Errorf("--self: %w", serr)
+			}
+			return "", nil, fmt.Errorf("--self: the server stopped before it listened")
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	_, addr, _ := strings.Cut(strings.TrimSpace(string(line)), "http://")
+	return addr, done, nil
+}
+
+func cmpErr(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
+}
+
+// write prints the report and writes the files asked for.
+func (c *benchConfig) write(r *bench.Report, stdout io.Writer) error {
+	if err := bench.WriteText(stdout, r); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path  string
+		write func(io.Writer, *bench.Report) error
+	}{{c.JSON, bench.WriteJSON}, {c.Markdown, bench.WriteMarkdown}, {c.HTML, bench.WriteHTML}} {
+		if f.path == "" {
+			continue
+		}
+		out, err := os.Create(f.path)
+		if err != nil {
+			return err
+		}
+		if err := f.write(out, r); err != nil {
+			out.Close()
+			return err
+		}
+		if err := out.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "wrote", f.path)
+	}
+	return nil
+}
+
+func runCompare(args []string, stdout io.Writer) error {
+	if len(args) != 2 {
+		return fmt.Errorf("usage: server bench compare BEFORE.json AFTER.json (%w)", errUsage)
+	}
+	a, err := bench.ReadReport(args[0])
+	if err != nil {
+		return fmt.Errorf("%w (%w)", err, errUsage)
+	}
+	b, err := bench.ReadReport(args[1])
+	if err != nil {
+		return fmt.Errorf("%w (%w)", err, errUsage)
+	}
+	return bench.Compare(stdout, a, b)
+}
+
+// progress draws a one-line bar on a terminal, and nothing otherwise.
+type progress struct {
+	mu  sync.Mutex
+	w   io.Writer
+	on  bool
+	any bool
+}
+
+func newProgress(f *os.File, quiet bool) *progress {
+	on := false
+	if st, err := f.Stat(); err == nil && !quiet {
+		on = st.Mode()&os.ModeCharDevice != 0
+	}
+	return &progress{w: f, on: on}
+}
+
+func (p *progress) update(pr bench.Progress) {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	const width = 24
+	fill := min(width, width*pr.Step/max(1, pr.Steps))
+	load := fmt.Sprintf("%g rps", pr.Rate)
+	if pr.Concurrency > 0 {
+		load = fmt.Sprintf("%d clients", pr.Concurrency)
+	}
+	run := ""
+	if pr.Runs > 1 {
+		run = fmt.Sprintf(" run %d/%d", pr.Run, pr.Runs)
+	}
+	fmt.Fprintf(p.w, "\r\033[K[%s%s] step %d/~%d%s %s @ %s  %s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), pr.Step, pr.Steps, run, pr.Target, load, pr.Elapsed.Round(time.Second))
+	p.any = true
+}
+
+func (p *progress) done() {
+	if p.on && p.any {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
