@@ -30,8 +30,11 @@ GOFLAGS_BUILD := -trimpath -ldflags "-X main.version=$(VERSION)"
 RUN_ENV      := ORTSERVE_ORT_LIB=$(ORT_LIB) ORTSERVE_MODELS=$(MODELS_DIR) ORTSERVE_DATA=$(DATA_DIR) \
                 ORTSERVE_CLIENTS_VENV=$(CLIENTS)
 ADDR         ?= 127.0.0.1:8080
+BENCH_OUT    ?= bench-out
+SLO          ?= p95=100ms
+VEGETA       := $(CACHE)/tools/vegeta-v12.13.0
 
-.PHONY: all deps ort ort-cuda tokenizers venv clients data models golden build run test unit lint bench clean help
+.PHONY: all deps ort ort-cuda tokenizers venv clients data models golden build run test unit lint bench bench-self bench-crosscheck clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -81,6 +84,14 @@ lint: ## gofmt and go vet
 
 bench: deps models ## Go benchmarks of the hot paths (see docs/performance.md)
 	$(RUN_ENV) $(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
+
+bench-self: deps models build ## server bench --self: sentiment fp32 vs int8 against $(SLO), reports in $(BENCH_OUT)/
+	mkdir -p $(BENCH_OUT)
+	$(RUN_ENV) ./$(BIN) bench --self --model sentiment --versions fp32,int8 --slo $(SLO) \
+	  --json $(BENCH_OUT)/bench.json --md $(BENCH_OUT)/bench.md --html $(BENCH_OUT)/bench.html
+
+bench-crosscheck: deps models build ## bench against vegeta at one rate on the same server (docs/bench.md)
+	$(RUN_ENV) scripts/bench-crosscheck.sh ./$(BIN) $(VEGETA) $(BENCH_OUT)/crosscheck
 
 clean: ## remove build outputs (the cache stays; rm -rf $(CACHE) to drop it)
 	rm -rf bin bench.txt

@@ -44,6 +44,7 @@ func (s StepSpec) Validate() error {
 type sample struct {
 	intended time.Duration // when the schedule meant it to be sent
 	sent     time.Duration // when it got a connection: on the wire from here
+	wire     bool          // it did get one
 	done     time.Duration // response read to the end, or failure
 	status   int           // 0: transport error or timeout
 	timeout  bool
@@ -202,7 +203,7 @@ func (r *recorder) send(ctx context.Context, i int, at time.Duration) {
 	// is a queue the server never sees, and the Little's Law check is there to expose it.
 	var once sync.Once
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { once.Do(func() { smp.sent = time.Since(r.start) }) },
+		GotConn: func(httptrace.GotConnInfo) { once.Do(func() { smp.sent, smp.wire = time.Since(r.start), true }) },
 	})
 	req, err := r.t.request(ctx, r.bodies[(r.first+i)%len(r.bodies)])
 	if err == nil {

@@ -72,8 +72,13 @@ func newReportView(r *Report) reportView {
 		Facts: reportFacts(r),
 		Notes: r.Notes,
 	}
-	if t := strings.TrimSpace(r.Target + r.Route); t != "" {
+	if t := strings.TrimSpace(r.Target); t != "" {
 		v.Title = "Benchmark of " + t
+		if strings.HasPrefix(t, "http") {
+			v.Title += r.Route
+		} else if r.Route != "" {
+			v.Title += ", " + r.Route
+		}
 	}
 	versions := firstRun(r)
 	for _, vr := range versions {

@@ -22,7 +22,7 @@ type Report struct {
 	Tool     string          `json:"tool"` // "ortserve <version>"
 	Started  time.Time       `json:"started"`
 	Host     Host            `json:"host"`
-	Target   string          `json:"target"` // base URL, or "self (<config>)"
+	Target   string          `json:"target"` // base URL, or "ortserve --self [(<config>)]"
 	Route    string          `json:"route"`  // "/predict", "/embed", "/v1/embeddings"
 	Load     LoadSpec        `json:"load"`
 	Workload WorkloadSummary `json:"workload"`

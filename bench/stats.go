@@ -122,7 +122,8 @@ func dominant(p Phases) string {
 
 // little checks Little's Law over the window: L, the time-averaged number of requests on
 // the wire (got a connection, not yet answered), against λW, the completion rate times the
-// mean latency from the intended send of the requests completed in the window.
+// mean latency from the intended send of the requests completed in the window. Requests that
+// never got a connection (refused, say) are failures, not a queue, and count in neither.
 func little(all []sample, from, to time.Duration) Little {
 	var area time.Duration
 	var n int
@@ -132,7 +133,7 @@ func little(all []sample, from, to time.Duration) Little {
 		if hi > lo {
 			area += hi - lo
 		}
-		if x.done >= from && x.done < to {
+		if x.wire && x.done >= from && x.done < to {
 			n++
 			w += x.done - x.intended
 		}

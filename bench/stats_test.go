@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -191,4 +192,17 @@ func FuzzParseSLO(f *testing.F) {
 			t.Fatalf("%q: %+v", s, slo)
 		}
 	})
+}
+
+// The SLO is written in the report's unit, milliseconds, and read back the same.
+func TestSLOJSON(t *testing.T) {
+	in := SLO{P95: 150 * time.Millisecond, RPS: 600}
+	b, err := json.Marshal(in)
+	if err != nil || string(b) != `{"p95_ms":150,"rps":600}` {
+		t.Fatalf("%s %v", b, err)
+	}
+	var out SLO
+	if err := json.Unmarshal(b, &out); err != nil || out != in {
+		t.Errorf("%+v %v, want %+v", out, err, in)
+	}
 }

@@ -467,7 +467,7 @@ func notes(r *Report) []string {
 	for _, v := range r.Runs[0].Versions {
 		var flagged []string
 		for _, st := range v.Steps {
-			if st.Little.Flag && st.Little.Deviation > 0 && (st.Pass == nil || *st.Pass) {
+			if st.Little.Flag && st.Little.Deviation > 0 && st.OK > 0 && (st.Pass == nil || *st.Pass) {
 				flagged = append(flagged, stepLabel(st))
 			}
 		}

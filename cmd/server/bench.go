@@ -135,7 +135,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		defer env.Close()
 	}
-	target := "self"
+	target := ""
 	if c.Self {
 		sctx, stop := context.WithCancel(ctx)
 		addr, done, err := serveSelf(sctx, sc, env)
@@ -145,8 +145,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		defer func() { stop(); <-done }()
 		c.URL = "http://" + addr
+		target = "ortserve --self"
 		if c.Config != "" {
-			target = "self (" + c.Config + ")"
+			target = "ortserve --self (" + c.Config + ")"
 		}
 	} else {
 		target = c.URL
@@ -209,6 +210,9 @@ func (c *benchConfig) parse() error {
 		if o.Rates, err = bench.ParseRates(c.Rate); err != nil {
 			return fmt.Errorf("--rate %w", err)
 		}
+	}
+	if c.Rate != "" && c.Concurrency != "" {
+		return errors.New("--rate and --concurrency exclude each other: open loop or closed loop, not both")
 	}
 	if c.Concurrency != "" {
 		if o.Concurrency, err = bench.ParseConcurrency(c.Concurrency); err != nil {
@@ -284,6 +288,8 @@ func (c *benchConfig) targets(ctx context.Context, client *http.Client) error {
 		}
 	} else if errors.Is(err, context.Canceled) {
 		return err
+	} else if errors.Is(err, errUnreachable) {
+		return fmt.Errorf("--url %s: %w: is the server running? (or use --self)", c.URL, err)
 	}
 	versions := splitList(c.Versions)
 	if m != nil {
@@ -318,6 +324,10 @@ func (c *benchConfig) targets(ctx context.Context, client *http.Client) error {
 	return nil
 }
 
+// errUnreachable is a server that did not answer at all, as opposed to one without /info.
+var errUnreachable = errors.New("cannot reach the server")
+
+// fetchInfo reads a server's /info; a peer without one answers with an error status.
 func fetchInfo(ctx context.Context, client *http.Client, base string) (*server.Info, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -327,7 +337,10 @@ func fetchInfo(ctx context.Context, client *http.Client, base string) (*server.I
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

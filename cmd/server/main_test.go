@@ -53,7 +53,7 @@ func TestUsage(t *testing.T) {
 	}{
 		{nil, 2, "usage: server <command>"},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
-		{[]string{"bench"}, 2, "server bench is not implemented yet"},
+		{[]string{"bench"}, 2, "no load given"},
 		{[]string{"gate"}, 2, "server gate is not implemented yet"},
 		{[]string{"inspect"}, 2, "server inspect is not implemented yet"},
 		{[]string{"serve", "--device", "tpu"}, 2, `unknown device "tpu"`},

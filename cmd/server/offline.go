@@ -99,26 +99,11 @@ func openOffline(ctx context.Context, b *backend, dir, version string, texts []s
 		return nil, fmt.Errorf("offline: %s: %w", cfg.Name, err)
 	}
 
-	o := b.opts
-	o.Output = cfg.Output
-	r := &offlineRig{encs: encs}
-	for range cmp.Or(cfg.Instances, b.sessions) {
-		// Loading is not cancellable, but between sessions is a good place to stop.
-		if err := ctx.Err(); err != nil {
-			r.Close()
-			return nil, err
-		}
-		s, err := b.env.NewSession(filepath.Join(dir, vc.File), o)
-		if err != nil {
-			r.Close()
-			return nil, fmt.Errorf("offline: %s/%s: %w", cfg.Name, version, err)
-		}
-		r.sessions = append(r.sessions, s)
+	sessions, err := b.openSessions(filepath.Join(dir, vc.File), cfg.Output, cmp.Or(cfg.Instances, b.sessions))
+	if err != nil {
+		return nil, fmt.Errorf("offline: %s/%s: %w", cfg.Name, version, err)
 	}
-	if err := warmUp(r.sessions); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("offline: %s/%s: warm-up: %w", cfg.Name, version, err)
-	}
+	r := &offlineRig{encs: encs, sessions: sessions}
 	return r, nil
 }
 

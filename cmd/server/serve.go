@@ -225,25 +225,9 @@ func (b *backend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
 }
 
 func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
-	o := b.opts
-	o.Output = spec.Output
-	n := cmp.Or(spec.Instances, b.sessions)
-	sessions := make([]runtime.Session, 0, n)
-	for range n {
-		s, err := b.env.NewSession(spec.Path, o)
-		if err != nil {
-			for _, s := range sessions {
-				s.Close()
-			}
-			return nil, err
-		}
-		sessions = append(sessions, s)
-	}
-	if err := warmUp(sessions); err != nil {
-		for _, s := range sessions {
-			s.Close()
-		}
-		return nil, fmt.Errorf("warm-up: %w", err)
+	sessions, err := b.openSessions(spec.Path, spec.Output, cmp.Or(spec.Instances, b.sessions))
+	if err != nil {
+		return nil, err
 	}
 	pool := runtime.NewPool(sessions)
 	cfg := spec.Batching.Apply(b.batch)
@@ -252,6 +236,32 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 		return nil, err
 	}
 	return batchExecutor{runtime.NewBatcher(cfg, pool, b.metrics.Observer(spec.Model, spec.Version)), pool}, nil
+}
+
+// openSessions opens n sessions of the ONNX file at path reading output, and warms them up;
+// on any failure it closes the ones it opened.
+func (b *backend) openSessions(path, output string, n int) ([]runtime.Session, error) {
+	o := b.opts
+	o.Output = output
+	sessions := make([]runtime.Session, 0, n)
+	closeAll := func() {
+		for _, s := range sessions {
+			s.Close()
+		}
+	}
+	for range n {
+		s, err := b.env.NewSession(path, o)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		sessions = append(sessions, s)
+	}
+	if err := warmUp(sessions); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	return sessions, nil
 }
 
 // warmUpShapes are the batch × sequence shapes every session runs once before its version
