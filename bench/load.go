@@ -54,9 +54,9 @@ type sample struct {
 
 // serverTimes are a response's timing headers, in milliseconds; ok when x-total-time came.
 type serverTimes struct {
-	ok                                  bool
-	total, tokenize, queue, inference   float64
-	tokens                              int
+	ok                                bool
+	total, tokenize, queue, inference float64
+	tokens                            int
 }
 
 func parseServerTimes(h http.Header) serverTimes {
@@ -235,4 +235,3 @@ func (r *recorder) send(ctx context.Context, i int, at time.Duration) {
 func rejected(status int) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
 }
-

@@ -115,18 +115,18 @@ type Step struct {
 	// Achieved is successful requests per second delivered in the window: answers that
 	// completed in it, whenever they were sent. Past capacity it is what the server can do,
 	// however much is offered.
-	Achieved     float64 `json:"achieved_rps"`
-	ItemsPerS    float64 `json:"items_per_s"`
-	TokensPerS   float64 `json:"tokens_per_s,omitempty"`
-	Latency      Latency `json:"latency"` // of successful requests, from the intended send time
-	Phases       Phases  `json:"phases"`
-	Dominant     string  `json:"dominant"` // the phase with the largest mean share
-	Little       Little  `json:"little"`
-	Bimodal      *Modes  `json:"bimodal,omitempty"`
-	Histogram    []Bin   `json:"histogram"` // latency, log-spaced bins, for plots
-	Pass         *bool   `json:"pass,omitempty"` // against the SLO, if one was given
-	Why          string  `json:"why,omitempty"`  // why it did not pass
-	Interrupted  bool    `json:"interrupted,omitempty"`
+	Achieved    float64 `json:"achieved_rps"`
+	ItemsPerS   float64 `json:"items_per_s"`
+	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
+	Latency     Latency `json:"latency"` // of successful requests, from the intended send time
+	Phases      Phases  `json:"phases"`
+	Dominant    string  `json:"dominant"` // the phase with the largest mean share
+	Little      Little  `json:"little"`
+	Bimodal     *Modes  `json:"bimodal,omitempty"`
+	Histogram   []Bin   `json:"histogram"`      // latency, log-spaced bins, for plots
+	Pass        *bool   `json:"pass,omitempty"` // against the SLO, if one was given
+	Why         string  `json:"why,omitempty"`  // why it did not pass
+	Interrupted bool    `json:"interrupted,omitempty"`
 
 	tokens []float64 // per successful request, from x-compute-tokens
 }

@@ -106,8 +106,8 @@ func Measure(ctx context.Context, c Doer, w *Workload, o Options) (*Report, erro
 	}
 	r := &Report{
 		Schema: Schema, Started: time.Now().UTC(),
-		Host:     Host{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH},
-		Target:   o.Targets[0].URL, Route: o.Targets[0].Route,
+		Host:   Host{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH},
+		Target: o.Targets[0].URL, Route: o.Targets[0].Route,
 		Workload: w.Summary(), SLO: o.SLO, Price: o.Price,
 		Load: LoadSpec{
 			Mode: "open", Arrival: "constant", Search: len(o.Rates) == 0 && len(o.Concurrency) == 0,
