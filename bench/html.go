@@ -434,7 +434,7 @@ table { border-collapse: collapse; margin: .5em 0 1em; font-size: 13px; }
 th, td { border-bottom: 1px solid #ddd; padding: 3px 9px; text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 th { background: #f4f4f4; }
 th:first-child, td:first-child, td:last-child { text-align: left; }
-td:last-child { white-space: normal; }
+td:last-child { white-space: normal; min-width: 18em; }
 table.facts th { text-align: left; background: none; vertical-align: top; }
 table.facts td { text-align: left; white-space: normal; }
 tr.pass td:first-child { border-left: 3px solid #2ca02c; }

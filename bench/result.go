@@ -241,7 +241,8 @@ type Plan struct {
 type Variance struct {
 	Name string `json:"name"`
 	Best Spread `json:"best_rps"`
-	// P50 and P95 at the one offered rate every run measured (the highest such), if any.
+	// P50 and P95 at the highest offered rate every run measured, one that every run passed
+	// if there is one.
 	Rate float64 `json:"rate,omitempty"`
 	P50  Spread  `json:"p50_ms"`
 	P95  Spread  `json:"p95_ms"`

@@ -405,11 +405,17 @@ func variance(runs []Run) []Variance {
 			}
 		}
 		vr.Best = spread(best)
-		// The highest load level every run measured.
+		// The highest load level every run measured, preferring one every run passed: the
+		// spread of a step past saturation says little.
 		var rate float64
-		for _, st := range v.Steps {
-			if st.Offered > rate && st.OK > 0 && allHave(runs, i, st.Offered) {
-				rate = st.Offered
+		for _, passed := range []bool{true, false} {
+			for _, st := range v.Steps {
+				if st.Offered > rate && st.OK > 0 && allHave(runs, i, st.Offered, passed) {
+					rate = st.Offered
+				}
+			}
+			if rate > 0 {
+				break
 			}
 		}
 		if rate > 0 {
@@ -430,9 +436,13 @@ func variance(runs []Run) []Variance {
 	return out
 }
 
-func allHave(runs []Run, i int, rate float64) bool {
+// allHave reports whether every run measured version i at rate, and (if passed) met the
+// SLO there.
+func allHave(runs []Run, i int, rate float64, passed bool) bool {
 	for _, r := range runs {
-		if i >= len(r.Versions) || !slices.ContainsFunc(r.Versions[i].Steps, func(s Step) bool { return s.Offered == rate && s.OK > 0 }) {
+		if i >= len(r.Versions) || !slices.ContainsFunc(r.Versions[i].Steps, func(s Step) bool {
+			return s.Offered == rate && s.OK > 0 && (!passed || s.Pass == nil || *s.Pass)
+		}) {
 			return false
 		}
 	}

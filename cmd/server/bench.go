@@ -84,6 +84,7 @@ func benchFlags(c *benchConfig) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: server bench [flags]            measure a server (or --self)
        server bench compare A.json B.json  before/after deltas of two reports
+       server bench report [--md F] [--html F] A.json   the views of a saved report
 
 Finds the latency/throughput operating point: open-loop load (latency from the intended send
 time), model versions compared side by side with their steps interleaved, against an SLO.
@@ -100,6 +101,9 @@ Examples:
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "compare" {
 		return runCompare(args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "report" {
+		return runReport(args[1:], stdout)
 	}
 	c := benchConfig{Opts: bench.DefaultOptions()}
 	fs := benchFlags(&c)
@@ -373,13 +377,7 @@ func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig,
 	}
 	b := newBackend(env, sc, provider, nil)
 	c.Opts.Offline = map[string][]bench.OfflinePoint{}
-	texts := w.Texts
-	if c.Opts.Inputs > 1 {
-		texts = nil
-		for i := range len(w.Texts) {
-			texts = append(texts, w.Request(i, 1)...)
-		}
-	}
+	texts := w.Texts // offline counts texts, so inputs per request do not matter there
 	for _, t := range c.Opts.Targets {
 		if !c.Quiet {
 			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), offlineBatches(sc.Batch.MaxBatchSize), c.OfflinePer)
@@ -489,6 +487,27 @@ func runCompare(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w (%w)", err, errUsage)
 	}
 	return bench.Compare(stdout, a, b)
+}
+
+// runReport prints a saved report and writes its other views: the JSON is the data, and
+// every view can be made again from it.
+func runReport(args []string, stdout io.Writer) error {
+	var c benchConfig
+	fs := flag.NewFlagSet("bench report", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
+	fs.StringVar(&c.HTML, "html", "", "write the report as one HTML file with SVG plots")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("usage: server bench report [--md FILE] [--html FILE] REPORT.json (%w)", errUsage)
+	}
+	r, err := bench.ReadReport(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("%w (%w)", err, errUsage)
+	}
+	return c.write(r, stdout)
 }
 
 // progress draws a one-line bar on a terminal, and nothing otherwise.

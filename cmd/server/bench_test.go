@@ -259,6 +259,13 @@ func TestBenchCompare(t *testing.T) {
 		t.Errorf("compare output lacks minilm/fp32, or the 20 rps row lacks +100.0%% (p95) and +0.0%% (the rest):\n%s", stdout)
 	}
 
+	// The saved JSON makes every view again.
+	html := filepath.Join(dir, "again.html")
+	code, stdout, stderr = benchRun("report", "--html", html, before)
+	if page, err := os.ReadFile(html); code != 0 || err != nil || !strings.Contains(string(page), "<svg") || !strings.Contains(stdout, "minilm/fp32") {
+		t.Errorf("bench report: exit %d, html err %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
+	}
+
 	other := filepath.Join(dir, "other.json")
 	if err := os.WriteFile(other, []byte(`{"schema": "ortserve.bench/v0", "runs": []}`), 0o644); err != nil {
 		t.Fatal(err)
