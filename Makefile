@@ -16,7 +16,9 @@ TOK_DIR      := $(CACHE)/tokenizers/$(TOK_VERSION)-$(TOK_KEY)
 VENV_KEY     := $(shell sha256sum scripts/models/requirements.txt 2>/dev/null | cut -c1-12)
 VENV         := $(CACHE)/venv/$(VENV_KEY)
 DATA_DIR     := $(CACHE)/data/polarity
-MODELS_KEY   := $(shell cat scripts/models/requirements.txt scripts/models/*.py scripts/build-models.sh 2>/dev/null | sha256sum | cut -c1-12)
+# The key covers what builds the default models; quantize.py and damage.py only add versions.
+MODELS_SRC   := scripts/models/requirements.txt $(filter-out scripts/models/quantize.py scripts/models/damage.py,$(sort $(wildcard scripts/models/*.py))) scripts/build-models.sh
+MODELS_KEY   := $(shell cat $(MODELS_SRC) 2>/dev/null | sha256sum | cut -c1-12)
 MODELS_DIR   := $(CACHE)/models/$(MODELS_KEY)
 CLIENTS_KEY  := $(shell sha256sum scripts/clients/requirements.txt 2>/dev/null | cut -c1-12)
 CLIENTS      := $(CACHE)/clients/$(CLIENTS_KEY)
@@ -34,7 +36,7 @@ BENCH_OUT    ?= bench-out
 SLO          ?= p95=100ms
 VEGETA       := $(CACHE)/tools/vegeta-v12.13.0
 
-.PHONY: all deps ort ort-cuda tokenizers venv clients data models golden build run test unit lint bench bench-self bench-crosscheck clean help
+.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -61,6 +63,34 @@ data: ## the Pang & Lee sentence polarity data and its fixed splits
 
 models: venv data ## export, train and quantize the default models into the cache
 	@scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
+
+# `make quantize` and `make damage` add versions to REPO, by default a copy of the built
+# repository made on first use, so that `make test` and `make run` keep seeing exactly what
+# `make models` built. Serve it with ./bin/server serve --models $(CACHE)/models/work.
+WORK_MODELS  := $(CACHE)/models/work
+REPO         ?= $(WORK_MODELS)
+define work_copy
+	@if [[ "$(REPO)" != "$(WORK_MODELS)" ]]; then :; \
+	elif [[ ! -d "$(WORK_MODELS)" ]]; then \
+	  $(MAKE) --no-print-directory models && rm -rf "$(WORK_MODELS).partial" && \
+	  cp -r "$(MODELS_DIR)" "$(WORK_MODELS).partial" && echo "$(MODELS_DIR)" > "$(WORK_MODELS).partial/.copied-from" && \
+	  mv -T "$(WORK_MODELS).partial" "$(WORK_MODELS)" && \
+	  echo "make: created $(WORK_MODELS) as a copy of $(MODELS_DIR); the build itself is left as it is"; \
+	else \
+	  from=$$(cat "$(WORK_MODELS)/.copied-from" 2>/dev/null || echo "an unknown build"); \
+	  echo "make: adding to $(WORK_MODELS) (a copy of $$from$$([[ $$from == "$(MODELS_DIR)" ]] || echo ", not of the current build $(MODELS_DIR)"); rm -rf it to start again)"; \
+	fi
+endef
+
+quantize: venv ## add a version: MODEL=minilm NAME=int8pc MODE=int8|fp16 [PER_CHANNEL=1] [FROM=fp32] [REPO=$(CACHE)/models/work: a copy of the build, serve it with --models]
+	$(if $(and $(MODEL),$(NAME),$(filter int8 fp16,$(MODE))),,$(error usage: make quantize MODEL=minilm NAME=int8pc MODE=int8|fp16 [PER_CHANNEL=1] [FROM=VERSION] [REPO=DIR]))
+	$(work_copy)
+	@scripts/quantize.sh $(VENV) "$(REPO)/$(MODEL)" "$(NAME)" $(MODE) $(if $(FROM),--from "$(FROM)") $(if $(PER_CHANNEL),--per-channel)
+
+damage: venv ## add a damaged version the gate must fail: MODEL=sentiment NAME=int8-damaged MODE=noise|swap-labels [FROM=int8] [SCALE=0.3] [SEED=0] [REPO=as quantize]
+	$(if $(and $(MODEL),$(NAME),$(filter noise swap-labels,$(MODE))),,$(error usage: make damage MODEL=sentiment NAME=int8-damaged MODE=noise|swap-labels [FROM=VERSION] [SCALE=0.3] [SEED=0] [REPO=DIR]))
+	$(work_copy)
+	@scripts/quantize.sh $(VENV) "$(REPO)/$(MODEL)" "$(NAME)" $(MODE) $(if $(FROM),--from "$(FROM)") $(if $(SCALE),--scale $(SCALE)) $(if $(SEED),--seed $(SEED))
 
 golden: models ## regenerate testdata/golden from the Python reference stack
 	@scripts/golden.sh $(VENV) $(MODELS_DIR)

@@ -64,6 +64,39 @@ type Config struct {
 	Batching Batching `yaml:"batching,omitempty"`
 	// Cache is a response cache per version; off unless MaxBytes > 0.
 	Cache CacheConfig `yaml:"cache,omitempty"`
+	// Gate is what `server gate` checks the model's versions against; nil: no defaults,
+	// everything from the command line.
+	Gate *GateConfig `yaml:"gate,omitempty"`
+}
+
+// GateConfig is a model's accuracy gate: the versions compared, the labeled data they are
+// compared on, and the budget a candidate must stay within. `server gate` flags override
+// each field. Budgets that are 0 are not checked.
+type GateConfig struct {
+	Baseline string `yaml:"baseline,omitempty"` // the reference version; "": default_version
+	// Data is a labeled CSV/TSV/JSONL file, relative to the model folder unless absolute.
+	Data        string `yaml:"data,omitempty"`
+	TextColumn  string `yaml:"text_column,omitempty"`  // "": text
+	LabelColumn string `yaml:"label_column,omitempty"` // "": label
+	// LabelMap renames the data's labels to the model's, e.g. {"0": negative, "1": positive}.
+	LabelMap map[string]string `yaml:"label_map,omitempty"`
+	// MaxDrop is the most accuracy, in percentage points, a candidate may lose against the
+	// baseline, held against the drop's confidence interval (classify: accuracy, required;
+	// embed: leave-one-out nearest-centroid accuracy): see bench/gate.Budget.
+	MaxDrop float64 `yaml:"max_drop,omitempty"`
+	// Strict fails a drop the data cannot show to be within MaxDrop (an interval reaching
+	// past it around a point estimate within it); by default that passes with a note.
+	Strict bool `yaml:"strict,omitempty"`
+	// MinAgreement is the least fraction of texts on which a candidate must predict the
+	// baseline's label (classify only).
+	MinAgreement float64 `yaml:"min_agreement,omitempty"`
+	// MinCosineMean and MinCosineP1 bound the mean and the 1st percentile of the cosine
+	// between a candidate's embedding and the baseline's (embed only).
+	MinCosineMean float64 `yaml:"min_cosine_mean,omitempty"`
+	MinCosineP1   float64 `yaml:"min_cosine_p1,omitempty"`
+	// Candidates are the versions gated; empty: every version but the baseline that runs on
+	// the device.
+	Candidates []string `yaml:"candidates,omitempty"`
 }
 
 // Batching overrides the server's dynamic batching defaults; zero fields keep them.
@@ -198,5 +231,64 @@ func (c Config) Validate() error {
 	if b.MaxBatchSize < 0 || b.MaxBatchTokens < 0 || b.MaxQueueDelay < 0 || b.MaxQueueRequests < 0 || b.MaxQueueTokens < 0 {
 		bad("batching values must be ≥ 0 (0 keeps the server's default)")
 	}
+	if c.Gate != nil {
+		errs = append(errs, c.Gate.validate(c)...)
+	}
 	return errors.Join(errs...)
+}
+
+// validate checks a gate section against the model it belongs to.
+func (g *GateConfig) validate(c Config) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("gate: "+format, args...)) }
+	if _, ok := c.Versions[g.Baseline]; g.Baseline != "" && !ok {
+		bad("baseline %q is not one of the versions", g.Baseline)
+	}
+	baseline := cmp.Or(g.Baseline, c.DefaultVersion)
+	for _, v := range g.Candidates {
+		if _, ok := c.Versions[v]; !ok {
+			bad("candidate %q is not one of the versions", v)
+		} else if v == baseline {
+			bad("candidate %q is the baseline", v)
+		}
+	}
+	for from, to := range g.LabelMap {
+		if from == "" || to == "" {
+			bad("label_map maps %q to %q: both must be non-empty", from, to)
+		} else if c.Task == TaskClassify && !slices.Contains(c.Labels, to) {
+			bad("label_map maps %q to %q, which is not one of the labels %v", from, to, c.Labels)
+		}
+	}
+	// NaN fails every comparison, so the checks are written to catch it too.
+	for _, b := range []struct {
+		key string
+		v   float64
+		max float64
+	}{
+		{"max_drop", g.MaxDrop, 100},
+		{"min_agreement", g.MinAgreement, 1},
+		{"min_cosine_mean", g.MinCosineMean, 1},
+		{"min_cosine_p1", g.MinCosineP1, 1},
+	} {
+		if !(b.v >= 0 && b.v <= b.max) {
+			bad("%s %v: want 0 to %v", b.key, b.v, b.max)
+		}
+	}
+	switch c.Task {
+	case TaskClassify:
+		if !(g.MaxDrop > 0) {
+			bad("a classify model's gate needs max_drop > 0 (accuracy points a candidate may lose)")
+		}
+		if g.MinCosineMean != 0 || g.MinCosineP1 != 0 {
+			bad("min_cosine_mean and min_cosine_p1 are for embed models")
+		}
+	case TaskEmbed:
+		if !(g.MaxDrop > 0 || g.MinAgreement > 0 || g.MinCosineMean > 0 || g.MinCosineP1 > 0) {
+			bad("an embed model's gate needs a budget: min_cosine_mean, min_cosine_p1 or max_drop (nearest-centroid accuracy points)")
+		}
+		if g.MinAgreement != 0 {
+			bad("min_agreement is for classify models")
+		}
+	}
+	return errs
 }

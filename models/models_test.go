@@ -42,6 +42,27 @@ versions:
   fp32: {file: fp32.onnx}
 `
 
+// classifyGateYAML is classifyYAML with an int8 version and a gate section using every key.
+var classifyGateYAML = strings.Replace(classifyYAML, "  fp32: {file: fp32.onnx}\n", "  fp32: {file: fp32.onnx}\n  int8: {file: int8.onnx}\n", 1) + `
+gate:
+  baseline: fp32
+  candidates: [int8]
+  data: gate.csv
+  text_column: sentence
+  label_column: polarity
+  label_map: {0: negative, 1: positive}
+  max_drop: 1
+  min_agreement: 0.95
+`
+
+const embedGateYAML = embedYAML + `
+gate:
+  data: /data/gate.csv
+  min_cosine_mean: 0.98
+  min_cosine_p1: 0.95
+  max_drop: 2
+`
+
 func TestParseConfig(t *testing.T) {
 	tests := []struct {
 		name, yaml, err string
@@ -56,6 +77,22 @@ func TestParseConfig(t *testing.T) {
 		{"one label", strings.Replace(classifyYAML, "[negative, positive]", "[only]", 1), "at least two labels"},
 		{"labels on embed", embedYAML + "labels: [a, b]\n", "labels are for classify"},
 		{"no versions", "name: x\ntask: embed\ntokenizer: t\nmax_length: 8\noutput: o\npooling: cls\ndefault_version: a\n", "no versions"},
+		{"classify gate", classifyGateYAML, ""},
+		{"embed gate", embedGateYAML, ""},
+		{"embed gate, defaults", embedYAML + "gate: {min_cosine_p1: 0.9}\n", ""},
+		{"gate typo", strings.Replace(classifyGateYAML, "max_drop:", "max_dorp:", 1), "field max_dorp not found"},
+		{"gate unknown baseline", strings.Replace(classifyGateYAML, "baseline: fp32", "baseline: fp64", 1), `gate: baseline "fp64" is not one of the versions`},
+		{"gate unknown candidate", strings.Replace(classifyGateYAML, "candidates: [int8]", "candidates: [int4]", 1), `gate: candidate "int4" is not one of the versions`},
+		{"gate candidate is baseline", strings.Replace(classifyGateYAML, "candidates: [int8]", "candidates: [int8, fp32]", 1), `candidate "fp32" is the baseline`},
+		{"gate negative budget", strings.Replace(classifyGateYAML, "min_agreement: 0.95", "min_agreement: -0.1", 1), "min_agreement -0.1"},
+		{"gate cosine over 1", strings.Replace(embedGateYAML, "min_cosine_mean: 0.98", "min_cosine_mean: 98", 1), "min_cosine_mean 98: want 0 to 1"},
+		{"gate NaN budget", strings.Replace(classifyGateYAML, "max_drop: 1", "max_drop: .nan", 1), "max_drop NaN"},
+		{"classify gate without max_drop", strings.Replace(classifyGateYAML, "max_drop: 1", "max_drop: 0", 1), "needs max_drop > 0"},
+		{"cosine on classify", strings.Replace(classifyGateYAML, "max_drop: 1", "max_drop: 1\n  min_cosine_mean: 0.9", 1), "min_cosine_mean and min_cosine_p1 are for embed"},
+		{"embed gate without budget", embedYAML + "gate: {data: d.csv}\n", "needs a budget"},
+		{"agreement on embed", strings.Replace(embedGateYAML, "max_drop: 2", "max_drop: 2\n  min_agreement: 0.9", 1), "min_agreement is for classify"},
+		{"gate label_map to unknown label", strings.Replace(classifyGateYAML, "1: positive", "1: pos", 1), `maps "1" to "pos", which is not one of the labels`},
+		{"gate label_map as a string", strings.Replace(classifyGateYAML, `{0: negative, 1: positive}`, `"0=negative,1=positive"`, 1), "cannot unmarshal"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,11 +110,27 @@ func TestParseConfig(t *testing.T) {
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(embedYAML))
 	f.Add([]byte(classifyYAML))
+	f.Add([]byte(classifyGateYAML))
+	f.Add([]byte(embedGateYAML))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := models.ParseConfig(data)
-		if err == nil {
-			if _, ok := c.Versions[c.DefaultVersion]; !ok {
-				t.Fatal("valid config without its default version")
+		if err != nil {
+			return
+		}
+		if _, ok := c.Versions[c.DefaultVersion]; !ok {
+			t.Fatal("valid config without its default version")
+		}
+		if g := c.Gate; g != nil {
+			if _, ok := c.Versions[g.Baseline]; g.Baseline != "" && !ok {
+				t.Fatalf("valid config with gate baseline %q not a version", g.Baseline)
+			}
+			for _, v := range g.Candidates {
+				if _, ok := c.Versions[v]; !ok {
+					t.Fatalf("valid config with gate candidate %q not a version", v)
+				}
+			}
+			if c.Task == models.TaskClassify && !(g.MaxDrop > 0) {
+				t.Fatalf("valid classify config whose gate has max_drop %v", g.MaxDrop)
 			}
 		}
 	})

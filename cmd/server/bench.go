@@ -530,10 +530,6 @@ func (p *progress) update(pr bench.Progress) {
 	if !p.on {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	const width = 24
-	fill := min(width, width*pr.Step/max(1, pr.Steps))
 	load := fmt.Sprintf("%g rps", pr.Rate)
 	if pr.Concurrency > 0 {
 		load = fmt.Sprintf("%d clients", pr.Concurrency)
@@ -542,7 +538,19 @@ func (p *progress) update(pr bench.Progress) {
 	if pr.Runs > 1 {
 		run = fmt.Sprintf(" run %d/%d", pr.Run, pr.Runs)
 	}
-	fmt.Fprintf(p.w, "\r\033[K[%s%s] step %d/~%d%s %s @ %s  %s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), pr.Step, pr.Steps, run, pr.Target, load, pr.Elapsed.Round(time.Second))
+	p.draw(pr.Step, pr.Steps, fmt.Sprintf("step %d/~%d%s %s @ %s  %s", pr.Step, pr.Steps, run, pr.Target, load, pr.Elapsed.Round(time.Second)))
+}
+
+// draw redraws the line as a bar filled step/steps of the way, then text.
+func (p *progress) draw(step, steps int, text string) {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	const width = 24
+	fill := min(width, width*step/max(1, steps))
+	fmt.Fprintf(p.w, "\r\033[K[%s%s] %s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), text)
 	p.any = true
 }
 

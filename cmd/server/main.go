@@ -30,8 +30,8 @@ func commands() map[string]command {
 	return map[string]command{
 		"serve":   {"serve models over HTTP", runServe},
 		"bench":   {"find the latency/throughput operating point, fp32 vs int8 against an SLO", runBench},
-		"gate":    {"accuracy gate for quantized versions (not implemented yet)", notImplemented("gate")},
-		"inspect": {"show a model's inputs, outputs and node placement (not implemented yet)", notImplemented("inspect")},
+		"gate":    {"accuracy gate: a quantized version's accuracy against the baseline's, within a budget", runGate},
+		"inspect": {"show a model's inputs, outputs, operators and node placement", runInspect},
 		"version": {"print the version", func(_ context.Context, _ []string, w io.Writer) error {
 			_, err := fmt.Fprintln(w, "ortserve", version)
 			return err

@@ -129,6 +129,7 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	b := newBackend(env, c, provider, metrics)
+	b.log = log // placement per version at load (inspect.go)
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
 	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests)
 
@@ -193,6 +194,7 @@ type backend struct {
 	threads  int
 	batch    runtime.BatchConfig
 	metrics  *server.Metrics
+	log      *slog.Logger // nil: no placement log line per version
 }
 
 func newBackend(env *ort.Env, c serveConfig, p ort.Provider, m *server.Metrics) *backend {
@@ -228,6 +230,9 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	sessions, err := b.openSessions(spec.Path, spec.Output, cmp.Or(spec.Instances, b.sessions))
 	if err != nil {
 		return nil, err
+	}
+	if b.log != nil {
+		b.logPlacement(spec)
 	}
 	pool := runtime.NewPool(sessions)
 	cfg := spec.Batching.Apply(b.batch)

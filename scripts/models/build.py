@@ -2,8 +2,8 @@
 
 usage: python build.py --data DATA_DIR --out DIR [--compare-golden testdata/golden]
 
-DIR/minilm/     model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx
-DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx head.json
+DIR/minilm/     model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx gate.csv
+DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx gate.csv head.json
 DIR/golden/     texts.json tokens.json minilm.json sentiment.json (see reference.py)
 DIR/report.json DIR/report.md
 
@@ -18,6 +18,9 @@ per tensor the MiniLM embeddings drift to mean cosine 0.957 vs fp32 (min 0.89) a
 below fails; per channel gives ~0.99. reduce_range made it worse, 0.87, so it is not the
 AVX2 u8s8 saturation issue but outlier weight columns).
 fp16: onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True).
+gate.csv is DATA_DIR/test.csv (text,label; negative/positive), the data of the model.yaml
+`gate:` section (GATE) that `server gate` checks new versions against; the built int8 and
+fp16 must pass their own gate's cosine and accuracy budgets.
 Fails (exit 1) when a sanity check does not hold; see CHECKS.
 """
 import argparse
@@ -48,6 +51,17 @@ CHECKS = {
     "min_test_accuracy_fp32": 0.70,            # sentiment
     "max_accuracy_drop_int8": 0.03,            # sentiment int8 vs fp32, absolute
     "max_accuracy_drop_fp16": 0.01,            # when fp16 runs on the CPU
+}
+# The `gate:` section of each model.yaml (keys of models/config.go GateConfig; data relative to
+# the model folder). max_drop is in accuracy points (for minilm, the gate's nearest-centroid
+# accuracy); the cosines are of a candidate's embeddings against the baseline's. Measured at
+# build 4b89aa2a8038 on gate.csv: sentiment int8 +0.75 points, fp16 0; minilm int8 (per
+# channel) cosine mean 0.991, 1st percentile 0.983; int8 with one scale per tensor fails
+# (0.957, 0.928).
+GATE = {
+    "minilm": {"baseline": "fp32", "data": "gate.csv", "max_drop": 2.0,
+               "min_cosine_mean": 0.98, "min_cosine_p1": 0.95},
+    "sentiment": {"baseline": "fp32", "data": "gate.csv", "max_drop": 1.0},
 }
 
 
@@ -132,7 +146,7 @@ def fit_head(Xtr, ytr, Xva, yva):
     return C, weight, bias, grid
 
 
-def model_yaml(name, task, output, fp16_devices, extra):
+def model_yaml(name, task, output, fp16_devices, extra, gate):
     lines = [f"name: {name}", f"task: {task}", "tokenizer: tokenizer.json",
              f"max_length: {MAX_LENGTH}"]
     lines += extra
@@ -142,6 +156,7 @@ def model_yaml(name, task, output, fp16_devices, extra):
         lines.append(f"  fp16: {{file: fp16.onnx, devices: [{', '.join(fp16_devices)}]}}")
     else:
         lines.append("  fp16: {file: fp16.onnx}")
+    lines.append("gate: {" + ", ".join(f"{k}: {v}" for k, v in gate.items()) + "}")
     return "\n".join(lines) + "\n"
 
 
@@ -186,6 +201,7 @@ def main():
     sdir.mkdir(parents=True, exist_ok=True)
     for d in (mdir, sdir):
         shutil.copyfile(src / "tokenizer.json", d / "tokenizer.json")
+        shutil.copyfile(data / "test.csv", d / GATE[d.name]["data"])
     tok = reference.load_tokenizer(mdir / "tokenizer.json")
 
     # ---- minilm ----------------------------------------------------------------------
@@ -269,7 +285,7 @@ def main():
     for d, name, task, output, extra in (
             (mdir, "minilm", "embed", "last_hidden_state", ["pooling: mean", "normalize: true"]),
             (sdir, "sentiment", "classify", "logits", [f"labels: [{', '.join(LABELS)}]"])):
-        (d / "model.yaml").write_text(model_yaml(name, task, output, fp16_devices, extra))
+        (d / "model.yaml").write_text(model_yaml(name, task, output, fp16_devices, extra, GATE[name]))
 
     # ---- checks ----------------------------------------------------------------------
     failures = []
@@ -286,6 +302,15 @@ def main():
     if acc["fp16"] is not None and acc["fp32"] - acc["fp16"] > CHECKS["max_accuracy_drop_fp16"]:
         failures.append(f"sentiment fp16 accuracy {acc['fp16']:.4f} is more than "
                         f"{CHECKS['max_accuracy_drop_fp16']} below fp32 {acc['fp32']:.4f}")
+    # the versions built here pass the gate written next to them (gate.csv is test.csv)
+    for v, c in cos.items():
+        for key, stat in (("min_cosine_mean", "mean"), ("min_cosine_p1", "p01")):
+            if c[stat] < GATE["minilm"][key]:
+                failures.append(f"minilm {v} cosine {stat} {c[stat]:.5f} < gate {key} {GATE['minilm'][key]}")
+    for v in ("int8", "fp16"):
+        if acc[v] is not None and round(100 * (acc["fp32"] - acc[v]), 6) > GATE["sentiment"]["max_drop"]:
+            failures.append(f"sentiment {v} loses {100 * (acc['fp32'] - acc[v]):.2f} accuracy points, "
+                            f"more than its gate's max_drop {GATE['sentiment']['max_drop']}")
     if graph_vs_head > 1e-4:
         failures.append(f"sentiment fp32.onnx logits differ from the float64 head by {graph_vs_head:.2e}")
 

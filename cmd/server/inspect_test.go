@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
+)
+
+// runInspectHere runs `server inspect args...` in this process, on the test's ONNX Runtime
+// environment.
+func runInspectHere(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	c, targets, err := parseInspect(args, os.Getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = inspect(t.Context(), c, targets, testEnv, &out)
+	return out.String(), err
+}
+
+func TestInspectModelText(t *testing.T) {
+	out, err := runInspectHere(t, "minilm", "--version", "int8", "--device", "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"minilm/int8", "input_ids", "int64", "[batch, sequence]", "last_hidden_state",
+		"MatMulInteger*", "DynamicQuantizeLinear*", "placement on CPUExecutionProvider",
+		"after ONNX Runtime's graph optimizations", "summary: provider=CPUExecutionProvider",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "minilm/fp32") || strings.Contains(out, "fell back") {
+		t.Errorf("report of int8 on CPU names fp32 or a fallback:\n%s", out)
+	}
+}
+
+func TestInspectModelJSON(t *testing.T) {
+	out, err := runInspectHere(t, "--json", "--device", "cpu", "minilm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r inspectReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	cfg, err := models.ReadConfig(filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Provider != string(ort.ProviderCPU) || len(r.Files) != len(cfg.Versions) {
+		t.Fatalf("provider %s, %d files: want CPU and every one of %d versions", r.Provider, len(r.Files), len(cfg.Versions))
+	}
+	for _, f := range r.Files {
+		p := f.Place
+		if p == nil {
+			t.Errorf("%s: no placement: %s", f.Version, f.PlaceError)
+			continue
+		}
+		if p.NodesOn(string(ort.ProviderCPU)) != p.Nodes || p.Nodes == 0 || p.Nodes > f.File.Nodes {
+			t.Errorf("%s: %d of %d nodes on CPU, %d in the file", f.Version, p.NodesOn(string(ort.ProviderCPU)), p.Nodes, f.File.Nodes)
+		}
+		switch quantized := f.File.QuantizedNodes > 0 && p.QuantizedNodes > 0; f.Version {
+		case "fp32", "fp16", "int8":
+			if quantized != (f.Version == "int8") || (f.File.FP16Initializers > 0) != (f.Version == "fp16") {
+				t.Errorf("%s: %d quantized nodes in the file, %d placed; %d fp16 initializers", f.Version, f.File.QuantizedNodes, p.QuantizedNodes, f.File.FP16Initializers)
+			}
+		}
+	}
+}
+
+func TestInspectFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny.onnx")
+	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	if err := os.WriteFile(path, onnxtest.Identity([]onnxtest.Value{ids}, []string{"out"}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runInspectHere(t, path, "--device", "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, path) || !strings.Contains(out, "input_ids  int64  [d0, d1]") || !regexp.MustCompile(`Identity +1\n`).MatchString(out) {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
+// Usage errors are found before ONNX Runtime is opened, so run() takes them in this process.
+func TestInspectUsage(t *testing.T) {
+	file := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm", "int8.onnx")
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"name a model or an .onnx file"}},
+		{[]string{"nope"}, []string{`unknown model "nope" in ` + os.Getenv("ORTSERVE_MODELS") + ": have ", "minilm", "sentiment", "or name an .onnx file"}},
+		{[]string{"/no/such/model.onnx"}, []string{"no file /no/such/model.onnx"}},
+		{[]string{"minilm", "--version", "q4"}, []string{`model minilm has no version "q4": have `, "fp32", "int8"}},
+		{[]string{file, "--version", "int8"}, []string{"--version is for a model in the repository"}},
+		{[]string{"minilm", "sentiment"}, []string{"unexpected arguments [sentiment]"}},
+		{[]string{"minilm", "--device", "tpu"}, []string{`unknown device "tpu"`}},
+		{[]string{"minilm", "--models", "/no/repo"}, []string{"no model repository at /no/repo"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(append([]string{"inspect"}, tt.args...), &out, &errb)
+			msg := strings.TrimSuffix(errb.String(), "\n")
+			ok := code == 2 && !strings.Contains(msg, "\n")
+			for _, w := range tt.want {
+				ok = ok && strings.Contains(msg, w)
+			}
+			if !ok {
+				t.Errorf("exit %d, stderr %q; want 2 and one line containing %q", code, msg, tt.want)
+			}
+		})
+	}
+}
+
+// The command as a user runs it: its own ONNX Runtime environment, so a child process.
+func TestInspectCommand(t *testing.T) {
+	junk := filepath.Join(t.TempDir(), "junk.onnx")
+	os.WriteFile(junk, []byte("not a model"), 0o644)
+	tests := []struct {
+		args []string
+		code int
+		want string // in stdout for exit 0, in stderr's last line otherwise
+	}{
+		{[]string{filepath.Join(os.Getenv("ORTSERVE_MODELS"), "sentiment", "int8.onnx"), "--json", "--device", "cpu"}, 0, `"op": "MatMulInteger"`},
+		{[]string{junk}, 1, "is not an ONNX model"},
+	}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.args[0]), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"inspect"}, tt.args...)...)
+			cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr %s", code, tt.code, stderr.String())
+			}
+			if code == 0 {
+				var r inspectReport
+				if err := json.Unmarshal(stdout.Bytes(), &r); err != nil || !strings.Contains(stdout.String(), tt.want) {
+					t.Errorf("%v; stdout lacks %q:\n%s", err, tt.want, stdout.String())
+				}
+				return
+			}
+			if last := lastLine(stderr.String()); !strings.HasPrefix(last, "server: ") || !strings.Contains(last, tt.want) {
+				t.Errorf("last line %q, want one containing %q", last, tt.want)
+			}
+		})
+	}
+}
+
+// serve logs a version's placement at load; on CPU from the file alone.
+func TestInspectServeLogsPlacement(t *testing.T) {
+	c, err := parseServe([]string{"--device", "cpu"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	b := newBackend(testEnv, c, ort.ProviderCPU, nil)
+	b.log = slog.New(slog.NewTextHandler(&logs, nil))
+	b.logPlacement(models.ExecSpec{Model: "minilm", Version: "int8", Path: filepath.Join(c.Models, "minilm", "int8.onnx")})
+	line := regexp.MustCompile(`level=INFO msg=placement model=minilm version=int8 provider=CPUExecutionProvider nodes=\d+ quantized=[1-9]\d* placed=all:CPUExecutionProvider took=`)
+	if !line.MatchString(logs.String()) || strings.Contains(logs.String(), "WARN") {
+		t.Errorf("log:\n%s", logs.String())
+	}
+}
+
+// On CUDA, nodes ONNX Runtime put on CPU are a warning naming their operators.
+func TestInspectPlacementWarning(t *testing.T) {
+	m := ort.ModelInfo{Nodes: 10, QuantizedNodes: 4}
+	p := &ort.Placement{
+		Provider: ort.ProviderCUDA, Nodes: 8, QuantizedNodes: 3,
+		Providers: []ort.ProviderCount{{Provider: "CUDAExecutionProvider", Nodes: 5}, {Provider: "CPUExecutionProvider", Nodes: 3}},
+		Ops: []ort.OpPlacement{
+			{Op: "MatMulInteger", Provider: "CPUExecutionProvider", Nodes: 2, Quantized: true},
+			{Op: "Add", Provider: "CUDAExecutionProvider", Nodes: 5},
+			{Op: "DynamicQuantizeLinear", Provider: "CPUExecutionProvider", Nodes: 1, Quantized: true},
+		},
+		Fallback: []ort.PlacedNode{{Name: "a", Op: "MatMulInteger"}, {Name: "b", Op: "MatMulInteger"}, {Name: "c", Op: "DynamicQuantizeLinear"}},
+	}
+	tests := []struct {
+		name string
+		p    *ort.Placement
+		want []string
+	}{
+		{"fallback", p, []string{
+			"level=INFO msg=placement model=m version=int8 provider=CUDAExecutionProvider nodes=10 quantized=4 placed=CUDAExecutionProvider:5,CPUExecutionProvider:3 placed_nodes=8 placed_quantized=3 took=2ms",
+			`level=WARN msg="nodes of a CUDAExecutionProvider version run on CPU: expect copies between host and device; ` + "`server inspect`" + ` lists them" model=m version=int8 cpu_nodes=3 ops=MatMulInteger:2,DynamicQuantizeLinear:1`,
+		}},
+		{"not placed", nil, []string{
+			"level=INFO msg=placement model=m version=int8 provider=CUDAExecutionProvider nodes=10 quantized=4 placed=unknown took=2ms",
+		}},
+		{"all on CUDA", &ort.Placement{Provider: ort.ProviderCUDA, Nodes: 8, Providers: []ort.ProviderCount{{Provider: "CUDAExecutionProvider", Nodes: 8}}}, []string{
+			"level=INFO msg=placement model=m version=int8 provider=CUDAExecutionProvider nodes=10 quantized=4 placed=CUDAExecutionProvider:8 placed_nodes=8 placed_quantized=0 took=2ms",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			}}))
+			writePlacementLog(log, models.ExecSpec{Model: "m", Version: "int8"}, m, tt.p, ort.ProviderCUDA, 2*time.Millisecond)
+			if got := strings.Split(strings.TrimSpace(logs.String()), "\n"); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}

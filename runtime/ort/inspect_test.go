@@ -1,0 +1,237 @@
+package ort_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
+)
+
+// opNodes is how many nodes of m run op.
+func opNodes(m ort.ModelInfo, op string) int {
+	for _, o := range m.Ops {
+		if o.Op == op {
+			return o.Nodes
+		}
+	}
+	return 0
+}
+
+func TestInspectReadModel(t *testing.T) {
+	tests := []struct {
+		version         string
+		quantized, fp16 bool
+	}{
+		{"fp32", false, false},
+		{"int8", true, false},
+		{"fp16", false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.version, func(t *testing.T) {
+			m, err := ort.ReadModel(modelFile("minilm", tt.version))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.IRVersion == 0 || m.Producer == "" || !slices.Contains(m.Opsets, ort.Opset{Domain: "ai.onnx", Version: m.Opsets[0].Version}) {
+				t.Errorf("header: IR %d, producer %q, opsets %v", m.IRVersion, m.Producer, m.Opsets)
+			}
+			if fi, _ := os.Stat(m.Path); fi.Size() != m.Size {
+				t.Errorf("size %d, file has %d", m.Size, fi.Size())
+			}
+			if len(m.Inputs) != 3 {
+				t.Fatalf("inputs %v", m.Inputs)
+			}
+			for _, in := range m.Inputs {
+				if in.Type != "int64" || len(in.Shape) != 2 || in.Shape[0].Param == "" || in.Shape[1].Param == "" {
+					t.Errorf("input %s is %s %s: want int64 [batch, sequence] with named axes", in.Name, in.Type, ort.ShapeString(in.Shape))
+				}
+			}
+			if m.Inputs[0].Name != "input_ids" || ort.ShapeString(m.Inputs[0].Shape) != "[batch, sequence]" {
+				t.Errorf("first input %s %s", m.Inputs[0].Name, ort.ShapeString(m.Inputs[0].Shape))
+			}
+			out := m.Outputs[0]
+			if len(m.Outputs) != 1 || out.Name != "last_hidden_state" || out.Type != "float32" || len(out.Shape) != 3 || out.Shape[2] != (ort.Dim{Value: 384}) {
+				t.Errorf("outputs %+v", m.Outputs)
+			}
+			sum := 0
+			for _, o := range m.Ops {
+				sum += o.Nodes
+			}
+			if sum != m.Nodes || m.Nodes < 100 {
+				t.Errorf("%d nodes, ops sum to %d", m.Nodes, sum)
+			}
+			mmi, dql := opNodes(m, "MatMulInteger"), opNodes(m, "DynamicQuantizeLinear")
+			if tt.quantized != (m.QuantizedNodes > 0) || tt.quantized != (mmi > 0 && dql > 0) {
+				t.Errorf("%d quantized nodes (%d MatMulInteger, %d DynamicQuantizeLinear): want some: %v", m.QuantizedNodes, mmi, dql, tt.quantized)
+			}
+			if tt.fp16 != (m.FP16Initializers > 0) {
+				t.Errorf("%d fp16 initializers of %d: want some: %v", m.FP16Initializers, m.Initializers, tt.fp16)
+			}
+		})
+	}
+}
+
+// ONNX Runtime places every node on CPU when CPU is all it has; what it places is the
+// optimized graph, so fewer nodes than the file has (fusions, constant folding).
+func TestInspectPlace(t *testing.T) {
+	for _, version := range []string{"fp32", "int8"} {
+		t.Run(version, func(t *testing.T) {
+			m, err := ort.ReadModel(modelFile("minilm", version))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := env.Place(m, cpu(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d nodes in the file, %d after optimization, %d/%d quantized", m.Nodes, p.Nodes, m.QuantizedNodes, p.QuantizedNodes)
+			if p.Provider != ort.ProviderCPU || len(p.Providers) != 1 || p.Providers[0] != (ort.ProviderCount{Provider: string(ort.ProviderCPU), Nodes: p.Nodes}) {
+				t.Errorf("placement %+v: want all %d nodes on CPU", p.Providers, p.Nodes)
+			}
+			sum := 0
+			for _, o := range p.Ops {
+				sum += o.Nodes
+			}
+			if sum != p.Nodes || p.Nodes == 0 || p.Nodes > m.Nodes || len(p.Fallback) != 0 {
+				t.Errorf("%d nodes placed (ops sum to %d, file has %d), fallback %v", p.Nodes, sum, m.Nodes, p.Fallback)
+			}
+			if (version == "int8") != (p.QuantizedNodes > 0) {
+				t.Errorf("%d quantized nodes placed", p.QuantizedNodes)
+			}
+		})
+	}
+}
+
+func TestInspectTinyModel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny.onnx")
+	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	mask := onnxtest.Value{Name: "attention_mask", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	x := onnxtest.Value{Name: "x", ElemType: onnxtest.Float, Dims: []int64{-1, 3}}
+	if err := os.WriteFile(path, onnxtest.Identity([]onnxtest.Value{ids, mask, x}, []string{"a", "b", "c"}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ort.ReadModel(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(struct {
+		In, Out []ort.IOInfo
+		Ops     []ort.OpCount
+	}{m.Inputs, m.Outputs, m.Ops})
+	want := `{"In":[{"name":"input_ids","type":"int64","shape":["d0","d1"]},{"name":"attention_mask","type":"int64","shape":["d0","d1"]},{"name":"x","type":"float32","shape":["d0",3]}],` +
+		`"Out":[{"name":"a","type":"int64","shape":["d0","d1"]},{"name":"b","type":"int64","shape":["d0","d1"]},{"name":"c","type":"float32","shape":["d0",3]}],` +
+		`"Ops":[{"domain":"ai.onnx","op":"Identity","nodes":3,"quantized":false}]}`
+	if string(got) != want || m.Nodes != 3 || m.IRVersion != 8 || len(m.Opsets) != 1 || m.Opsets[0] != (ort.Opset{Domain: "ai.onnx", Version: 17}) {
+		t.Errorf("got %s (%d nodes, IR %d, opsets %v)\nwant %s", got, m.Nodes, m.IRVersion, m.Opsets, want)
+	}
+	p, err := env.Place(m, cpu(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Nodes != 3 || p.NodesOn(string(ort.ProviderCPU)) != 3 || len(p.Ops) != 1 || p.Ops[0].Op != "Identity" {
+		t.Errorf("placement %+v", p)
+	}
+}
+
+func TestInspectRefusesBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tiny := onnxtest.Identity([]onnxtest.Value{{Name: "x", ElemType: onnxtest.Float, Dims: []int64{2}}}, []string{"y"})
+	tests := []struct{ name, path, want string }{
+		{"missing", filepath.Join(dir, "nope.onnx"), "no such file"},
+		{"folder", dir, "is a folder"},
+		{"text", write("junk.onnx", []byte("this is not a model")), "not an ONNX model"},
+		{"empty", write("empty.onnx", nil), "not an ONNX model (no graph)"},
+		{"truncated", write("cut.onnx", tiny[:len(tiny)-5]), "not an ONNX model (truncated)"},
+		{"no graph", write("header.onnx", tiny[:2]), "not an ONNX model (no graph)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ort.ReadModel(tt.path)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestInspectParseProfile(t *testing.T) {
+	// A CUDA session's profile, shaped as ONNX Runtime writes it: session events, then a
+	// kernel_time event per node (older versions add fence events for the same node).
+	cuda := `[
+	{"cat":"Session","name":"session_initialization","args":{}},
+	{"cat":"Node","name":"q_fence_before","args":{"op_name":"DynamicQuantizeLinear","node_index":"1"}},
+	{"cat":"Node","name":"q_kernel_time","args":{"op_name":"DynamicQuantizeLinear","provider":"CPUExecutionProvider","node_index":"1"}},
+	{"cat":"Node","name":"mm_kernel_time","args":{"op_name":"MatMulInteger","provider":"CPUExecutionProvider","node_index":"2"}},
+	{"cat":"Node","name":"copy_kernel_time","args":{"op_name":"MemcpyFromHost","provider":"CUDAExecutionProvider","node_index":"3"}},
+	{"cat":"Node","name":"ln_kernel_time","args":{"op_name":"LayerNormalization","provider":"CUDAExecutionProvider","node_index":"4"}},
+	{"cat":"Node","name":"add_kernel_time","args":{"op_name":"Add","provider":"CUDAExecutionProvider","node_index":"5"}},
+	{"cat":"Node","name":"odd_kernel_time","args":{"op_name":"Add","node_index":"6"}}
+	]`
+	tests := []struct {
+		name, profile string
+		requested     ort.Provider
+		want, err     string
+	}{
+		{"cuda with fallback", cuda, ort.ProviderCUDA,
+			`{"provider":"CUDAExecutionProvider","nodes":6,` +
+				`"providers":[{"provider":"CUDAExecutionProvider","nodes":3},{"provider":"CPUExecutionProvider","nodes":2},{"provider":"unknown","nodes":1}],` +
+				`"ops":[{"op":"Add","provider":"CUDAExecutionProvider","nodes":1,"quantized":false},{"op":"Add","provider":"unknown","nodes":1,"quantized":false},` +
+				`{"op":"DynamicQuantizeLinear","provider":"CPUExecutionProvider","nodes":1,"quantized":true},{"op":"LayerNormalization","provider":"CUDAExecutionProvider","nodes":1,"quantized":false},` +
+				`{"op":"MatMulInteger","provider":"CPUExecutionProvider","nodes":1,"quantized":true},{"op":"MemcpyFromHost","provider":"CUDAExecutionProvider","nodes":1,"quantized":false}],` +
+				`"quantized_nodes":2,"fallback":[{"name":"q","op":"DynamicQuantizeLinear"},{"name":"mm","op":"MatMulInteger"}]}`, ""},
+		{"cpu", `[{"cat":"Node","name":"_kernel_time","args":{"op_name":"Gelu","provider":"CPUExecutionProvider"}}]`, ort.ProviderCPU,
+			`{"provider":"CPUExecutionProvider","nodes":1,"providers":[{"provider":"CPUExecutionProvider","nodes":1}],"ops":[{"op":"Gelu","provider":"CPUExecutionProvider","nodes":1,"quantized":false}],"quantized_nodes":0}`, ""},
+		{"not json", `{"traceEvents":`, ort.ProviderCPU, "", "reading ONNX Runtime's profile"},
+		{"no nodes", `[{"cat":"Session","name":"model_loading_uri"}]`, ort.ProviderCPU, "", "no node events"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := ort.ParseProfile([]byte(tt.profile), tt.requested)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("got %v, want an error containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := json.Marshal(p); string(got) != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// ParseModel reads files from anywhere: it must fail cleanly, never panic or loop.
+func FuzzInspectParseModel(f *testing.F) {
+	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	f.Add(onnxtest.Identity([]onnxtest.Value{ids}, []string{"out"}))
+	f.Add(onnxtest.Identity([]onnxtest.Value{ids, {Name: "x", ElemType: onnxtest.Float, Dims: []int64{3}}}, []string{"a", "b"}))
+	f.Add([]byte{0x3a, 0x02, 0x0a, 0x00}) // a graph with one empty node
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := ort.ParseModel(data)
+		if err != nil {
+			return
+		}
+		sum := 0
+		for _, o := range m.Ops {
+			sum += o.Nodes
+		}
+		if sum != m.Nodes || m.Size != int64(len(data)) {
+			t.Errorf("%d nodes, ops sum to %d; size %d of %d", m.Nodes, sum, m.Size, len(data))
+		}
+	})
+}
