@@ -22,10 +22,16 @@ type Target struct {
 	Route   string // "/embed", "/predict" or "/v1/embeddings"
 	Model   string
 	Version string
+	// Label tells servers apart when several are compared ("default", "tuned"); "" for one.
+	Label string
 }
 
-// Name is how reports call the target: "model/version", or the route for a bare server.
+// Name is how reports call the target: "model/version", or the route for a bare server,
+// after the label if there is one.
 func (t Target) Name() string {
+	if t.Label != "" {
+		return t.Label + " " + Target{Route: t.Route, Model: t.Model, Version: t.Version}.Name()
+	}
 	switch {
 	case t.Model != "" && t.Version != "":
 		return t.Model + "/" + t.Version

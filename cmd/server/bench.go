@@ -24,9 +24,13 @@ import (
 	"github.com/ortserve/ortserve/server"
 )
 
+// benchServer is one server measured, with the label that tells it from the others.
+type benchServer struct{ Label, URL string }
+
 // benchConfig is everything `server bench` takes.
 type benchConfig struct {
 	URL         string
+	servers     []benchServer // from URL, or the --self server
 	Self        bool
 	Config      string // serve config for --self
 	AllowRemote bool
@@ -51,7 +55,7 @@ type benchConfig struct {
 func benchFlags(c *benchConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &c.Opts
-	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "server to measure (loopback unless --allow-remote)")
+	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "server to measure (loopback unless --allow-remote); several compared side by side as label=URL,label=URL (two configs, say)")
 	fs.BoolVar(&c.Self, "self", false, "start `server serve` in this process (on 127.0.0.1, a free port) and measure it")
 	fs.StringVar(&c.Config, "config", "", "with --self: the serve config file (docs/config.md); ORTSERVE_* variables apply too")
 	fs.BoolVar(&c.AllowRemote, "allow-remote", false, "allow a --url that is not loopback")
@@ -148,7 +152,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		defer func() { stop(); <-done }()
-		c.URL = "http://" + addr
+		c.servers = []benchServer{{URL: "http://" + addr}}
 		target = "ortserve --self"
 		if c.Config != "" {
 			target = "ortserve --self (" + c.Config + ")"
@@ -242,16 +246,46 @@ func (c *benchConfig) parse() error {
 		}
 	}
 	if !c.Self {
-		u, err := url.Parse(c.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--url %q is not an http(s) URL: write it as http://127.0.0.1:8080", c.URL)
-		}
-		if !c.AllowRemote && !loopback(u.Hostname()) {
-			return fmt.Errorf("--url %q is not loopback: load tests stay on this machine unless you pass --allow-remote", c.URL)
+		if err := c.parseURLs(); err != nil {
+			return err
 		}
 	}
 	if len(o.Rates) == 0 && len(o.Concurrency) == 0 && o.SLO == nil {
 		return errors.New("no load given: pass --slo p95=100ms to search for the highest rate that meets it, or --rate / --concurrency to sweep")
+	}
+	return nil
+}
+
+// parseURLs reads --url: one URL, or label=URL entries separated by commas.
+func (c *benchConfig) parseURLs() error {
+	entries := splitList(c.URL)
+	if len(entries) == 0 {
+		return errors.New("--url is empty: write it as http://127.0.0.1:8080")
+	}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		label, raw, ok := strings.Cut(e, "=")
+		if !ok || strings.Contains(label, "/") {
+			label, raw = "", e
+		}
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--url %q is not an http(s) URL: write it as http://127.0.0.1:8080", raw)
+		}
+		if !c.AllowRemote && !loopback(u.Hostname()) {
+			return fmt.Errorf("--url %q is not loopback: load tests stay on this machine unless you pass --allow-remote", raw)
+		}
+		if len(entries) > 1 && label == "" {
+			label = u.Host
+		}
+		if seen[label] {
+			return fmt.Errorf("--url: the label %q is used twice: give each server its own, as a=URL,b=URL", label)
+		}
+		seen[label] = true
+		c.servers = append(c.servers, benchServer{Label: label, URL: raw})
+	}
+	if len(c.servers) > 1 && c.Offline {
+		return errors.New("--offline measures this machine's sessions for one server config: leave it out when comparing several --url")
 	}
 	return nil
 }
@@ -271,10 +305,20 @@ func (c *benchConfig) workload() (*bench.Workload, error) {
 	return bench.LoadWorkload(c.Data, c.Column)
 }
 
-// targets fills the versions to compare and the route from the server's /info, when it has
-// one; a server without it (a peer) is measured as it is, with the flags given.
+// targets fills the versions to compare and the route from each server's /info, when it
+// has one; a server without it (a peer) is measured as it is, with the flags given. Several
+// servers must all serve the model and versions asked for.
 func (c *benchConfig) targets(ctx context.Context, client *http.Client) error {
-	info, err := fetchInfo(ctx, client, c.URL)
+	for _, srv := range c.servers {
+		if err := c.serverTargets(ctx, client, srv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *benchConfig) serverTargets(ctx context.Context, client *http.Client, srv benchServer) error {
+	info, err := fetchInfo(ctx, client, srv.URL)
 	var m *server.ModelInfo
 	if err == nil {
 		for i := range info.Models {
@@ -288,12 +332,12 @@ func (c *benchConfig) targets(ctx context.Context, client *http.Client) error {
 			for _, mi := range info.Models {
 				names = append(names, mi.Name)
 			}
-			return fmt.Errorf("--model %q: %s serves %v (%w)", c.Model, c.URL, names, errUsage)
+			return fmt.Errorf("--model %q: %s serves %v (%w)", c.Model, srv.URL, names, errUsage)
 		}
 	} else if errors.Is(err, context.Canceled) {
 		return err
 	} else if errors.Is(err, errUnreachable) {
-		return fmt.Errorf("--url %s: %w: is the server running? (or use --self)", c.URL, err)
+		return fmt.Errorf("--url %s: %w: is the server running? (or use --self)", srv.URL, err)
 	}
 	versions := splitList(c.Versions)
 	if m != nil {
@@ -320,7 +364,7 @@ func (c *benchConfig) targets(ctx context.Context, client *http.Client) error {
 		versions = []string{""}
 	}
 	for _, v := range versions {
-		c.Opts.Targets = append(c.Opts.Targets, bench.Target{URL: c.URL, Route: c.Route, Model: c.Model, Version: v})
+		c.Opts.Targets = append(c.Opts.Targets, bench.Target{URL: srv.URL, Route: c.Route, Model: c.Model, Version: v, Label: srv.Label})
 	}
 	if c.Offline && (m == nil || c.Model == "") {
 		return fmt.Errorf("--offline needs a model the server lists in /info, with its files in the model repository (%w)", errUsage)

@@ -373,3 +373,34 @@ func TestBenchUnreachable(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// Two servers (two configs, say) compared in one run: each labelled, steps interleaved.
+func TestBenchTwoServers(t *testing.T) {
+	a := startServer(t, "--models", minilmOnly(t))
+	b := startServer(t, "--models", minilmOnly(t), "--max-batch", "4")
+	path := filepath.Join(t.TempDir(), "r.json")
+	code, stdout, stderr := benchRun("--url", "default="+a+",small="+b, "--model", "minilm", "--versions", "fp32",
+		"--rate", "10", "--step", "1s", "--warmup", "200ms", "--json", path, "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	r, err := bench.ReadReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range r.Runs[0].Versions {
+		names = append(names, v.Name)
+		if len(v.Steps) != 1 || v.Steps[0].OK == 0 || v.Steps[0].OK != v.Steps[0].Sent {
+			t.Errorf("%s: steps %+v", v.Name, v.Steps)
+		}
+	}
+	if !slices.Equal(names, []string{"default minilm/fp32", "small minilm/fp32"}) {
+		t.Errorf("versions %q", names)
+	}
+	// A label used twice is a usage error.
+	code, _, stderr = benchRun("--url", "x="+a+",x="+b, "--rate", "10")
+	if line := oneLine(t, stderr); code != 2 || !strings.Contains(line, `label "x" is used twice`) {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
