@@ -116,11 +116,6 @@ func runGate(ctx context.Context, args []string, stdout io.Writer) error {
 	return runGateJob(ctx, j, env, stdout, os.Stderr)
 }
 
-// usagef is a usage or data error: exit code 2.
-func usagef(format string, args ...any) error {
-	return fmt.Errorf("%w (%w)", fmt.Errorf(format, args...), errUsage)
-}
-
 // parseGate reads the flags, serve's settings for the repository and device, the model's
 // config, and the dataset. Every error is a usage error.
 func parseGate(args []string, getenv func(string) string, stderr io.Writer) (*gateJob, error) {

@@ -83,11 +83,11 @@ func parseInspect(args []string, getenv func(string) string, stderr io.Writer) (
 	}
 	switch len(pos) {
 	case 0:
-		return c, nil, inspectUsagef("name a model or an .onnx file: server inspect MODEL_OR_FILE (-h for the flags)")
+		return c, nil, usagef("name a model or an .onnx file: server inspect MODEL_OR_FILE (-h for the flags)")
 	case 1:
 		c.Target = pos[0]
 	default:
-		return c, nil, inspectUsagef("unexpected arguments %v: server inspect takes one model or file", pos[1:])
+		return c, nil, usagef("unexpected arguments %v: server inspect takes one model or file", pos[1:])
 	}
 	sargs := configArgs(config)
 	if modelsDir != "" {
@@ -108,29 +108,29 @@ func parseInspect(args []string, getenv func(string) string, stderr io.Writer) (
 func inspectTargets(c inspectConfig) ([]inspectTarget, error) {
 	if fi, err := os.Stat(c.Target); err == nil && !fi.IsDir() {
 		if c.Version != "" {
-			return nil, inspectUsagef("--version is for a model in the repository; %s is a file", c.Target)
+			return nil, usagef("--version is for a model in the repository; %s is a file", c.Target)
 		}
 		return []inspectTarget{{Path: c.Target}}, nil
 	}
 	if strings.HasSuffix(c.Target, ".onnx") || strings.ContainsRune(c.Target, filepath.Separator) {
-		return nil, inspectUsagef("no file %s: name an .onnx file, or a model in the repository", c.Target)
+		return nil, usagef("no file %s: name an .onnx file, or a model in the repository", c.Target)
 	}
 	known, err := modelNames(c.serve.Models)
 	if err != nil {
-		return nil, inspectUsagef("unknown model %q: no model repository at %s: point --models at one, or name an .onnx file", c.Target, c.serve.Models)
+		return nil, usagef("unknown model %q: no model repository at %s: point --models at one, or name an .onnx file", c.Target, c.serve.Models)
 	}
 	dir, ok := known[c.Target]
 	if !ok {
-		return nil, inspectUsagef("unknown model %q in %s: have %s, or name an .onnx file", c.Target, c.serve.Models, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		return nil, usagef("unknown model %q in %s: have %s, or name an .onnx file", c.Target, c.serve.Models, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
 	}
 	cfg, err := models.ReadConfig(dir)
 	if err != nil {
-		return nil, inspectUsagef("%w: fix the model's %s", err, models.ConfigFile)
+		return nil, usagef("%w: fix the model's %s", err, models.ConfigFile)
 	}
 	versions := slices.Sorted(maps.Keys(cfg.Versions))
 	if c.Version != "" {
 		if _, ok := cfg.Versions[c.Version]; !ok {
-			return nil, inspectUsagef("model %s has no version %q: have %s", c.Target, c.Version, strings.Join(versions, ", "))
+			return nil, usagef("model %s has no version %q: have %s", c.Target, c.Version, strings.Join(versions, ", "))
 		}
 		versions = []string{c.Version}
 	}
@@ -163,11 +163,6 @@ func modelNames(root string) (map[string]string, error) {
 		names[name] = dir
 	}
 	return names, nil
-}
-
-// inspectUsagef is a usage error: exit code 2.
-func inspectUsagef(format string, args ...any) error {
-	return fmt.Errorf("%w (%w)", fmt.Errorf(format, args...), errUsage)
 }
 
 func runInspect(ctx context.Context, args []string, stdout io.Writer) error {

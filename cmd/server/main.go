@@ -21,6 +21,11 @@ var version = "dev"
 // errUsage marks errors that are the user's invocation, not the work: exit code 2.
 var errUsage = errors.New("usage error")
 
+// usagef is a usage or data error: exit code 2.
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w (%w)", fmt.Errorf(format, args...), errUsage)
+}
+
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string, stdout io.Writer) error
@@ -37,12 +42,6 @@ func commands() map[string]command {
 			_, err := fmt.Fprintln(w, "ortserve", version)
 			return err
 		}},
-	}
-}
-
-func notImplemented(name string) func(context.Context, []string, io.Writer) error {
-	return func(context.Context, []string, io.Writer) error {
-		return fmt.Errorf("server %s is not implemented yet (%w)", name, errUsage)
 	}
 }
 
