@@ -36,7 +36,7 @@ BENCH_OUT    ?= bench-out
 SLO          ?= p95=100ms
 VEGETA       := $(CACHE)/tools/vegeta-v12.13.0
 
-.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck clean help
+.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck gpu-check clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -119,6 +119,10 @@ bench-self: deps models build ## server bench --self: sentiment fp32 vs int8 aga
 	mkdir -p $(BENCH_OUT)
 	$(RUN_ENV) ./$(BIN) bench --self --model sentiment --versions fp32,int8 --slo $(SLO) \
 	  --json $(BENCH_OUT)/bench.json --md $(BENCH_OUT)/bench.md --html $(BENCH_OUT)/bench.html
+
+gpu-check: tokenizers models ## the folder to send to a GPU host, $(BENCH_OUT)/gpu-check: server, ORT CUDA libs, models, the check; < 64 MiB (docs/gpu.md)
+	@VERSION=$(VERSION) GO=$(GO) scripts/gpu-pack.sh $(or $(GPU_CHECK_DIR),$(BENCH_OUT)/gpu-check) \
+	  $(MODELS_DIR)/minilm $(VENV)/bin/python $(CACHE)/ort-cuda-pack/$(ORT_VERSION)
 
 bench-crosscheck: deps models build ## bench against vegeta at one rate on the same server (docs/bench.md)
 	$(RUN_ENV) scripts/bench-crosscheck.sh ./$(BIN) $(VEGETA) $(BENCH_OUT)/crosscheck
