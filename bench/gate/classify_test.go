@@ -176,14 +176,7 @@ func TestClassifyErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := gate.Classify(tt.ds, good, tt.cand, tt.budget, tt.opts)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			msg := err.Error()
-			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "gate: ") {
-				t.Errorf("error is not one line with the package prefix: %q", msg)
-			}
-			mustContain(t, msg, tt.want...)
+			mustFailOneLine(t, err, tt.want...)
 		})
 	}
 }

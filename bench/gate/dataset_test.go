@@ -141,14 +141,7 @@ func TestLoadDatasetErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := gate.LoadDataset(path, tt.opts)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			msg := err.Error()
-			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "gate: ") {
-				t.Errorf("error is not one line with the package prefix: %q", msg)
-			}
-			mustContain(t, msg, tt.want...)
+			mustFailOneLine(t, err, tt.want...)
 		})
 	}
 	if _, err := gate.LoadDataset(filepath.Join(t.TempDir(), "absent.csv"), gate.DatasetOptions{}); err == nil || !strings.Contains(err.Error(), "absent.csv") {

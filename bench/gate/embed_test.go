@@ -195,14 +195,7 @@ func TestEmbedErrors(t *testing.T) {
 				base.Vectors = good[:len(tt.ds.Examples)]
 			}
 			_, err := gate.Embed(tt.ds, base, gate.EmbedRun{Version: "int8", Vectors: tt.cand}, tt.budget, gate.Options{})
-			if err == nil {
-				t.Fatal("no error")
-			}
-			msg := err.Error()
-			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "gate: ") {
-				t.Errorf("error is not one line with the package prefix: %q", msg)
-			}
-			mustContain(t, msg, tt.want...)
+			mustFailOneLine(t, err, tt.want...)
 		})
 	}
 }

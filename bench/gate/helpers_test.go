@@ -62,6 +62,19 @@ func every10(i int) bool { return i%10 == 3 }
 
 func never(int) bool { return false }
 
+// mustFailOneLine checks that err is one line with the package prefix, holding every want.
+func mustFailOneLine(t *testing.T, err error, wants ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "gate: ") {
+		t.Errorf("error is not one line with the package prefix: %q", msg)
+	}
+	mustContain(t, msg, wants...)
+}
+
 func mustContain(t *testing.T, s string, wants ...string) {
 	t.Helper()
 	for _, w := range wants {

@@ -139,14 +139,7 @@ func TestInspectTinyModel(t *testing.T) {
 }
 
 func TestInspectRefusesBadFiles(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	dir, write := modelWriter(t)
 	tiny := onnxtest.Identity([]onnxtest.Value{{Name: "x", ElemType: onnxtest.Float, Dims: []int64{2}}}, []string{"y"})
 	tests := []struct{ name, path, want string }{
 		{"missing", filepath.Join(dir, "nope.onnx"), "no such file"},

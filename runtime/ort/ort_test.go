@@ -164,15 +164,21 @@ func TestSessionCancel(t *testing.T) {
 	}
 }
 
-func TestNewSessionRefusesBadModels(t *testing.T) {
+// modelWriter returns a fresh temporary folder and a function that writes a model file
+// into it and returns its path.
+func modelWriter(t *testing.T) (string, func(name string, data []byte) string) {
 	dir := t.TempDir()
-	write := func(name string, data []byte) string {
+	return dir, func(name string, data []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
+}
+
+func TestNewSessionRefusesBadModels(t *testing.T) {
+	dir, write := modelWriter(t)
 	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
 	mask := onnxtest.Value{Name: "attention_mask", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
 	tests := []struct {
