@@ -461,7 +461,7 @@ func serveSelf(ctx context.Context, c serveConfig, env *ort.Env) (string, <-chan
 		defer close(done)
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		err := serve(ctx, c, env, log, pw)
-		pw.CloseWithError(cmpErr(err, io.EOF))
+		pw.CloseWithError(err) // nil: the reader sees EOF
 		errc <- err
 	}()
 	// serve prints "ortserve <version> listening on http://ADDR" once it is ready.
@@ -481,13 +481,6 @@ func serveSelf(ctx context.Context, c serveConfig, env *ort.Env) (string, <-chan
 	go io.Copy(io.Discard, pr)
 	_, addr, _ := strings.Cut(strings.TrimSpace(string(line)), "http://")
 	return addr, done, nil
-}
-
-func cmpErr(err, fallback error) error {
-	if err != nil {
-		return err
-	}
-	return fallback
 }
 
 // write prints the report and writes the files asked for.
