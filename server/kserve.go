@@ -299,7 +299,7 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 	}
 	note(r, name, st)
 	setTiming(w, name, st, start)
-	writeJSON(w, http.StatusOK, InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs})
+	writeEncoded(w, http.StatusOK, &InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs}, appendInferResponse)
 }
 
 // outputNames are the outputs infer returns for a task, as kserveMetadata describes them.

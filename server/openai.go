@@ -2,12 +2,9 @@ package server
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -42,7 +39,7 @@ type OpenAIEmbeddingResponse struct {
 type OpenAIEmbedding struct {
 	Object    string `json:"object"` // "embedding"
 	Index     int    `json:"index"`
-	Embedding any    `json:"embedding"` // []float32, or a base64 string
+	Embedding any    `json:"embedding"` // []float32, or base64Floats: a base64 string
 }
 
 // OpenAIUsage counts the real tokens of a request, special tokens included.
@@ -188,22 +185,12 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 		}
 		resp.Data[i] = OpenAIEmbedding{Object: "embedding", Index: i, Embedding: v}
 		if base64Out {
-			resp.Data[i].Embedding = encodeFloats(v)
+			resp.Data[i].Embedding = base64Floats(v)
 		}
 	}
 	note(r, name, st)
 	setTiming(w, name, st, start)
-	writeJSON(w, http.StatusOK, resp)
-}
-
-// encodeFloats is OpenAI's base64 format: little-endian float32 bytes, as
-// numpy.frombuffer(base64.b64decode(s), dtype="float32") reads them.
-func encodeFloats(v []float32) string {
-	buf := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
-	}
-	return base64.StdEncoding.EncodeToString(buf)
+	writeEncoded(w, http.StatusOK, &resp, appendOpenAIResponse)
 }
 
 // modelInfo is what Describe said of a model; the zero ModelInfo when it said nothing.

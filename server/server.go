@@ -227,7 +227,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	}
 	note(r, name, st)
 	setTiming(w, name, st, start)
-	writeJSON(w, http.StatusOK, vecs)
+	writeEncoded(w, http.StatusOK, vecs, appendEmbeddings)
 }
 
 func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
@@ -270,10 +270,10 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	note(r, name, st)
 	setTiming(w, name, st, start)
 	if req.Inputs.Single {
-		writeJSON(w, http.StatusOK, out[0])
+		writeEncoded(w, http.StatusOK, out[0], appendPredictions)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeEncoded(w, http.StatusOK, out, appendPredictionRows)
 }
 
 func cmpDesc(a, b float32) int {

@@ -168,6 +168,20 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
+// benchTexts are everyday sentences of 8–20 tokens, as a request to /embed carries them.
+var benchTexts = []string{
+	"The quick brown fox jumps over the lazy dog.",
+	"How do I reset my password on the mobile app?",
+	"Shipping was fast and the package arrived in perfect condition.",
+	"This blender is loud, but it crushes ice like a champ.",
+	"Inference servers trade throughput for tail latency when they batch.",
+	"My flight was delayed by four hours and nobody told us why.",
+	"I would not recommend this hotel to anyone traveling with kids.",
+	"Quantized models are faster, but you should measure their accuracy.",
+}
+
+// BenchmarkEncode is one Encode call: one repeated phrase of 8 or 48 words, and requests of 1
+// and 32 everyday sentences (texts=32 is ns per request, not per text).
 func BenchmarkEncode(b *testing.B) {
 	tok, err := hf.Load(tokenizerPath(b), 256)
 	if err != nil {
@@ -180,6 +194,20 @@ func BenchmarkEncode(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				tok.Encode([]string{text}, tokenize.Options{Truncate: true})
+			}
+		})
+	}
+	for _, n := range []int{1, 32} {
+		texts := make([]string, n)
+		for i := range texts {
+			texts[i] = benchTexts[i%len(benchTexts)]
+		}
+		b.Run(fmt.Sprintf("texts=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tok.Encode(texts, tokenize.Options{Truncate: true}); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
