@@ -62,6 +62,9 @@ type Config struct {
 	Instances int `yaml:"instances,omitempty"`
 	// Batching overrides the server's batching defaults for this model's versions.
 	Batching Batching `yaml:"batching,omitempty"`
+	// SLO is the p95 latency each of the model's versions is held to, as "p95=50ms"
+	// (runtime.ParseSLO); "": the server's --slo.
+	SLO string `yaml:"slo,omitempty"`
 	// Cache is a response cache per version; off unless MaxBytes > 0.
 	Cache CacheConfig `yaml:"cache,omitempty"`
 	// Gate is what `server gate` checks the model's versions against; nil: no defaults,
@@ -106,6 +109,12 @@ type Batching struct {
 	MaxQueueDelay    time.Duration `yaml:"max_queue_delay,omitempty"`
 	MaxQueueRequests int           `yaml:"max_queue_requests,omitempty"`
 	MaxQueueTokens   int           `yaml:"max_queue_tokens,omitempty"`
+}
+
+// SLOTarget is the model's SLO as a duration; 0: none of its own.
+func (c Config) SLOTarget() time.Duration {
+	d, _ := runtime.ParseSLO(c.SLO) // Validate has checked it
+	return d
 }
 
 // Apply returns base with b's non-zero fields in place of its own.
@@ -230,6 +239,9 @@ func (c Config) Validate() error {
 	b := c.Batching
 	if b.MaxBatchSize < 0 || b.MaxBatchTokens < 0 || b.MaxQueueDelay < 0 || b.MaxQueueRequests < 0 || b.MaxQueueTokens < 0 {
 		bad("batching values must be ≥ 0 (0 keeps the server's default)")
+	}
+	if _, err := runtime.ParseSLO(c.SLO); err != nil {
+		bad("%v", err)
 	}
 	if c.Gate != nil {
 		errs = append(errs, c.Gate.validate(c)...)

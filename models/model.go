@@ -73,6 +73,7 @@ type ExecSpec struct {
 	Output         string // the graph output to read
 	Instances      int    // sessions; 0: the backend's default
 	Batching       Batching
+	SLO            time.Duration // the model's own p95 target; 0: the backend's
 }
 
 // Version is one loaded variant of a model.
@@ -111,7 +112,7 @@ func Open(dir string, b Backend, log *slog.Logger) (*Model, error) {
 			continue
 		}
 		path := filepath.Join(dir, vc.File)
-		exec, err := b.Executor(ExecSpec{Model: cfg.Name, Version: name, Path: path, Output: cfg.Output, Instances: cfg.Instances, Batching: cfg.Batching})
+		exec, err := b.Executor(ExecSpec{Model: cfg.Name, Version: name, Path: path, Output: cfg.Output, Instances: cfg.Instances, Batching: cfg.Batching, SLO: cfg.SLOTarget()})
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("models: %s/%s: %w", cfg.Name, name, err)
@@ -179,6 +180,25 @@ func (m *Model) Version(name string) (*Version, error) {
 		return nil, &UnknownError{Kind: ErrUnknownVersion, Name: m.Config.Name + "/" + name, Known: m.VersionNames()}
 	}
 	return v, nil
+}
+
+// scheduler is an Executor that reports how it schedules (runtime.Batcher does).
+type scheduler interface {
+	State() runtime.SchedulerState
+}
+
+// Scheduling is, per version whose executor reports it, its scheduler's state.
+func (m *Model) Scheduling() map[string]runtime.SchedulerState {
+	out := map[string]runtime.SchedulerState{}
+	for name, v := range m.versions {
+		if s, ok := v.exec.(scheduler); ok {
+			out[name] = s.State()
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // Tokenizer is the model's tokenizer.

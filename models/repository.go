@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/tokenize"
 )
 
@@ -165,6 +166,9 @@ type Status struct {
 	Dimension   int
 	Reloads     int    // successful reloads since start
 	ReloadError string // why the last reload failed, "" if it did not
+	// Scheduling is, per version, what its batcher has learned (the cost curve) and
+	// decided (the SLO controller), when its executor reports it.
+	Scheduling map[string]runtime.SchedulerState
 }
 
 // Status describes every model, sorted by name.
@@ -179,6 +183,7 @@ func (r *Repository) Status() []Status {
 		s.mu.RUnlock()
 		r.use(name, func(m *Model) error {
 			st.Config, st.Versions, st.Dimension = m.Config, m.VersionNames(), m.Dimension()
+			st.Scheduling = m.Scheduling()
 			return nil
 		})
 		out = append(out, st)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,36 +14,75 @@ import (
 )
 
 // ErrQueueFull is returned at once when a version's queue is at its bound (in requests or
-// in tokens): the caller should answer 429 and the client retry later.
+// in tokens): the caller should answer 429 and the client retry later. It comes wrapped in
+// an *OverloadError that says when.
 var ErrQueueFull = errors.New("runtime: queue full")
 
-// BatchConfig tunes a Batcher. A batch is dispatched to a free session when it has
-// MaxBatchSize rows, when one more row would pass MaxBatchTokens padded tokens, or when its
-// oldest row has waited MaxQueueDelay.
+// ErrOverloaded is returned when a request is refused because the latency predicted for it
+// would pass the SLO or its own deadline. It comes wrapped in an *OverloadError.
+var ErrOverloaded = errors.New("runtime: overloaded")
+
+// OverloadError is a refusal with the prediction behind it.
+type OverloadError struct {
+	Err        error         // ErrQueueFull or ErrOverloaded
+	Reason     string        // "queue_full", "slo" or "deadline"
+	Predicted  time.Duration // latency predicted for the request, from its arrival
+	Budget     time.Duration // what it had to fit in (0 for queue_full)
+	RetryAfter time.Duration // when the queue is predicted to have room
+}
+
+func (e *OverloadError) Error() string {
+	switch e.Reason {
+	case "queue_full":
+		return fmt.Sprintf("%v (retry in %v)", e.Err, e.RetryAfter.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%v: predicted %v against a budget of %v (%s)", e.Err, e.Predicted.Round(time.Millisecond), e.Budget.Round(time.Millisecond), e.Reason)
+}
+
+func (e *OverloadError) Unwrap() error { return e.Err }
+
+// BatchConfig tunes a Batcher.
+//
+// The batcher is work-conserving: whenever a session is free and rows are queued, it
+// dispatches a batch at once, formed from what queued while the sessions were busy
+// (continuous batching). Which rows go together is decided by the pool's CostModel: the
+// batch with the most texts per second of predicted run time, within MaxBatchSize,
+// MaxBatchTokens and, under an SLO, the controller's batch budget. On a CPU where batching
+// mixed lengths costs more per text, that settles near one row; where batching pays (a GPU,
+// or rows of one length) it grows.
 type BatchConfig struct {
-	MaxBatchSize   int           // rows per batch
-	MaxBatchTokens int           // padded tokens per batch (rows × longest row); 0: no budget
-	MaxQueueDelay  time.Duration // longest a row waits for company while a session is free
+	MaxBatchSize   int // rows per batch
+	MaxBatchTokens int // padded tokens per batch (rows × longest row); 0: no budget
+	// MaxQueueDelay, when > 0, makes a lone row wait up to this long for company while a
+	// session is free (a fixed batching window; opt-in, since it delays every request at low
+	// load). 0: dispatch as soon as a session is free.
+	MaxQueueDelay time.Duration
 	// Bounds on what may wait, beyond which Execute fails with ErrQueueFull.
 	MaxQueueRequests int
 	MaxQueueTokens   int
+	// SLO, when > 0, is the p95 latency (from a request's arrival, see WithArrival, to its
+	// result) that the batcher's controller holds the version to by refusing requests whose
+	// predicted latency would not fit and by capping batch run time. 0: no controller;
+	// requests are still refused when their predicted wait would pass their own deadline.
+	SLO time.Duration
 }
 
-// DefaultBatchConfig is the starting point the seeds suggest: a 5 ms window.
+// DefaultBatchConfig is what `server serve` starts from: work-conserving, cost-aware batches
+// of up to 32 rows, no SLO.
 func DefaultBatchConfig() BatchConfig {
-	return BatchConfig{MaxBatchSize: 32, MaxBatchTokens: 16384, MaxQueueDelay: 5 * time.Millisecond, MaxQueueRequests: 1024, MaxQueueTokens: 1 << 20}
+	return BatchConfig{MaxBatchSize: 32, MaxBatchTokens: 16384, MaxQueueDelay: 0, MaxQueueRequests: 1024, MaxQueueTokens: 1 << 20}
 }
 
 // Validate says what is wrong with a config.
 func (c BatchConfig) Validate() error {
-	if c.MaxBatchSize < 1 || c.MaxBatchTokens < 0 || c.MaxQueueDelay < 0 || c.MaxQueueRequests < 1 || c.MaxQueueTokens < 1 {
-		return fmt.Errorf("runtime: batching: max_batch_size, max_queue_requests and max_queue_tokens must be ≥ 1, max_batch_tokens and max_queue_delay ≥ 0 (got %+v)", c)
+	if c.MaxBatchSize < 1 || c.MaxBatchTokens < 0 || c.MaxQueueDelay < 0 || c.MaxQueueRequests < 1 || c.MaxQueueTokens < 1 || c.SLO < 0 {
+		return fmt.Errorf("runtime: batching: max_batch_size, max_queue_requests and max_queue_tokens must be ≥ 1, max_batch_tokens, max_queue_delay and slo ≥ 0 (got %+v)", c)
 	}
 	return nil
 }
 
-// Observer receives what a Batcher does, for metrics. Implementations must be cheap and
-// safe for concurrent use.
+// Observer receives what a Batcher does, for metrics and logs. Implementations must be cheap
+// and safe for concurrent use.
 type Observer interface {
 	// Batch is called as a batch is dispatched.
 	Batch(rows, paddedTokens, realTokens int)
@@ -50,6 +90,11 @@ type Observer interface {
 	Queue(requests, running int)
 	// Expired is called for a request dropped before dispatch because its context ended.
 	Expired()
+	// Refused is called for a request refused at admission; reason is OverloadError's.
+	Refused(reason string)
+	// Control is called after each decision of the SLO controller, with the state that
+	// /info shows; decided is false when the controller held.
+	Control(s SchedulerState, changed bool)
 }
 
 // ExecStats is how one request fared in an executor.
@@ -57,6 +102,9 @@ type ExecStats struct {
 	Queue     time.Duration // from Execute to the dispatch of the request's last row
 	Inference time.Duration // from that dispatch to the last result
 	Batches   int           // batches the request's rows went into
+	// Predicted is the latency the admission check predicted for the request, from its
+	// arrival to its result.
+	Predicted time.Duration
 }
 
 // request is one Execute call: its rows, and where their results go.
@@ -64,23 +112,28 @@ type request struct {
 	ctx      context.Context
 	encs     []tokenize.Encoding
 	tokens   int
+	arrived  time.Time // at the server (WithArrival), for the SLO
 	enqueued time.Time
+	whole    bool // WithWholeBatch
 
-	// Written by batch goroutines, read by Execute after done is closed.
+	// Written by the loop and batch goroutines, read by Execute after done is closed.
 	mu         sync.Mutex
 	out        []Tensor
 	left       int // rows not yet answered
 	err        error
 	dispatched time.Time // when the last row was dispatched
 	batches    int
+	predicted  time.Duration
 	done       chan struct{}
 }
 
-func (r *request) finish(rows []int, out []Tensor, err error) {
+// finish records the results of rows (or err for all of them); it reports whether the
+// request is now complete.
+func (r *request) finish(rows []int, out []Tensor, err error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.left == 0 {
-		return
+		return false
 	}
 	if err != nil && r.err == nil {
 		r.err = err
@@ -94,7 +147,9 @@ func (r *request) finish(rows []int, out []Tensor, err error) {
 	if r.left == 0 || r.err != nil {
 		r.left = 0
 		close(r.done)
+		return true
 	}
+	return false
 }
 
 // row is one input of a request, waiting in the queue.
@@ -105,15 +160,32 @@ type row struct {
 
 func (w row) len() int { return w.req.encs[w.i].Len() }
 
+// finished is what a batch goroutine tells the loop when its session is free again.
+type finished struct {
+	id     uint64
+	took   time.Duration
+	single time.Duration // Σ of the rows' predicted batch-of-one times
+	ok     bool
+}
+
+// running is a batch on a session, as the loop predicts it.
+type running struct {
+	id  uint64
+	end time.Time
+}
+
 // Batcher forms batches from the rows of concurrent requests for one model version and runs
-// them on a Pool, one batch per free session. One goroutine owns the queue.
+// them on a Pool, one batch per free session. One goroutine, loop, owns the queue, the
+// admission decisions and the controller's ticks; Execute only hands it requests.
 type Batcher struct {
 	cfg  BatchConfig
 	pool *Pool
+	cost *CostModel
 	obs  Observer
+	ctl  *controller // nil without an SLO
 
 	in       chan *request
-	finished chan struct{} // a batch finished; its session is free
+	finished chan finished
 	stop     chan struct{}
 	stopped  chan struct{}
 	// closeMu orders admission against Close: no request enters b.in after the drain.
@@ -122,6 +194,23 @@ type Batcher struct {
 
 	queuedReqs   atomic.Int64
 	queuedTokens atomic.Int64
+	// perRow is the measured seconds of session time per queued row (float64 bits), for
+	// the Retry-After of a full queue, which Execute answers without asking the loop.
+	perRow atomic.Uint64
+	// discountBits publishes the loop's discount (float64 bits) for State.
+	discountBits atomic.Uint64
+
+	// Owned by loop.
+	queue   []row // in arrival order
+	waiting map[*request]int
+	free    int
+	runs    []running
+	nextID  uint64
+	// discount is measured run time over the sum of the rows' predicted batch-of-one
+	// times, faded: below 1 where batching amortizes, above where padding costs, and
+	// whatever the device's load adds. Queued rows are predicted at their batch-of-one
+	// time × discount.
+	discount float64
 }
 
 // NewBatcher starts a batcher over pool; obs may be nil. Close stops it.
@@ -130,28 +219,39 @@ func NewBatcher(cfg BatchConfig, pool *Pool, obs Observer) *Batcher {
 		panic(err)
 	}
 	if obs == nil {
-		obs = nopObserver{}
+		obs = NopObserver{}
 	}
 	b := &Batcher{
-		cfg: cfg, pool: pool, obs: obs,
+		cfg: cfg, pool: pool, cost: pool.Cost(), obs: obs,
 		in:       make(chan *request, cfg.MaxQueueRequests),
-		finished: make(chan struct{}, pool.Size()),
+		finished: make(chan finished, pool.Size()),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		waiting:  map[*request]int{},
+		free:     pool.Size(),
+		discount: 1,
+	}
+	b.discountBits.Store(math.Float64bits(1))
+	if cfg.SLO > 0 {
+		b.ctl = newController(cfg.SLO, time.Now())
 	}
 	go b.loop()
 	return b
 }
 
-type nopObserver struct{}
+// NopObserver observes nothing; embed it to implement only some of Observer.
+type NopObserver struct{}
 
-func (nopObserver) Batch(int, int, int) {}
-func (nopObserver) Queue(int, int)      {}
-func (nopObserver) Expired()            {}
+func (NopObserver) Batch(int, int, int)          {}
+func (NopObserver) Queue(int, int)               {}
+func (NopObserver) Expired()                     {}
+func (NopObserver) Refused(string)               {}
+func (NopObserver) Control(SchedulerState, bool) {}
 
 // Execute queues encs and waits for their results: one tensor per encoding, in order. It
-// fails at once with ErrQueueFull when the queue is at its bound, and returns ctx's error as
-// soon as ctx ends (rows not yet dispatched are then dropped).
+// fails with an *OverloadError when the queue is at its bound or the latency predicted for
+// the request would pass the SLO or ctx's deadline, and returns ctx's error as soon as ctx
+// ends (rows not yet dispatched are then dropped).
 func (b *Batcher) Execute(ctx context.Context, encs []tokenize.Encoding) ([]Tensor, ExecStats, error) {
 	if len(encs) == 0 {
 		return nil, ExecStats{}, nil
@@ -162,15 +262,16 @@ func (b *Batcher) Execute(ctx context.Context, encs []tokenize.Encoding) ([]Tens
 	}
 	if n := b.queuedReqs.Add(1); n > int64(b.cfg.MaxQueueRequests) {
 		b.queuedReqs.Add(-1)
-		return nil, ExecStats{}, ErrQueueFull
+		return nil, ExecStats{}, b.queueFull()
 	}
 	if n := b.queuedTokens.Add(int64(tokens)); n > int64(b.cfg.MaxQueueTokens) && n != int64(tokens) {
 		// A single request larger than the token bound still gets in when the queue is empty.
 		b.queuedTokens.Add(-int64(tokens))
 		b.queuedReqs.Add(-1)
-		return nil, ExecStats{}, ErrQueueFull
+		return nil, ExecStats{}, b.queueFull()
 	}
-	r := &request{ctx: ctx, encs: encs, tokens: tokens, enqueued: time.Now(), out: make([]Tensor, len(encs)), left: len(encs), done: make(chan struct{})}
+	now := time.Now()
+	r := &request{ctx: ctx, encs: encs, tokens: tokens, arrived: arrival(ctx, now), enqueued: now, whole: wholeBatch(ctx), out: make([]Tensor, len(encs)), left: len(encs), done: make(chan struct{})}
 	b.closeMu.RLock()
 	if b.closed {
 		b.closeMu.RUnlock()
@@ -186,11 +287,23 @@ func (b *Batcher) Execute(ctx context.Context, encs []tokenize.Encoding) ([]Tens
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := ExecStats{Queue: r.dispatched.Sub(r.enqueued), Inference: time.Since(r.dispatched), Batches: r.batches}
+	if r.dispatched.IsZero() { // refused at admission
+		return nil, ExecStats{Predicted: r.predicted}, r.err
+	}
+	st := ExecStats{Queue: r.dispatched.Sub(r.enqueued), Inference: time.Since(r.dispatched), Batches: r.batches, Predicted: r.predicted}
 	if r.err != nil {
 		return nil, st, r.err
 	}
 	return r.out, st, nil
+}
+
+// queueFull is the refusal of a request past the queue's bounds, with the time the queue
+// is predicted to take to drain by half.
+func (b *Batcher) queueFull() error {
+	b.obs.Refused("queue_full")
+	per := math.Float64frombits(b.perRow.Load())
+	wait := time.Duration(per * float64(b.queuedReqs.Load()) / 2 / float64(b.pool.Size()) * float64(time.Second))
+	return &OverloadError{Err: ErrQueueFull, Reason: "queue_full", RetryAfter: wait}
 }
 
 // release takes a request's share out of the queue bounds.
@@ -199,117 +312,232 @@ func (b *Batcher) release(r *request) {
 	b.queuedTokens.Add(-int64(r.tokens))
 }
 
-// loop owns the queue: it takes in requests, forms batches when a session is free and
-// dispatches them.
+// loop owns the queue: it admits requests, forms batches when a session is free,
+// dispatches them, and runs the SLO controller.
 func (b *Batcher) loop() {
 	defer close(b.stopped)
-	var (
-		queue   []row // in arrival order
-		free    = b.pool.Size()
-		timer   = time.NewTimer(time.Hour)
-		waiting = map[*request]int{} // rows of each request still in the queue
-	)
+	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	add := func(r *request) {
-		for i := range r.encs {
-			queue = append(queue, row{r, i})
-		}
-		waiting[r] = len(r.encs)
-	}
-	// next forms a batch and dispatches it on a free session; a request leaves the queue
-	// bounds when its last row is dispatched.
-	next := func() {
-		batch := b.form(&queue)
-		for _, w := range batch {
-			if waiting[w.req]--; waiting[w.req] == 0 {
-				delete(waiting, w.req)
-				b.release(w.req)
-			}
-		}
-		free--
-		b.dispatch(batch)
+	var tick <-chan time.Time
+	if b.ctl != nil {
+		t := time.NewTicker(controlPeriod)
+		defer t.Stop()
+		tick = t.C
 	}
 	for {
-		// Drop rows of requests whose context ended: nobody waits for them.
-		if n := len(queue); n > 0 {
-			queue = slices.DeleteFunc(queue, func(w row) bool {
-				if w.req.ctx.Err() == nil {
-					return false
-				}
-				if _, ok := waiting[w.req]; ok {
-					delete(waiting, w.req)
-					b.release(w.req)
-					b.obs.Expired()
-				}
-				return true
-			})
-		}
-		if free > 0 && len(queue) > 0 {
-			wait := b.cfg.MaxQueueDelay - time.Since(queue[0].req.enqueued)
-			if wait <= 0 || b.full(queue) {
-				next()
-				b.obs.Queue(len(waiting), b.pool.Size()-free)
+		b.dropExpired()
+		if b.free > 0 && len(b.queue) > 0 {
+			wait := b.cfg.MaxQueueDelay - time.Since(b.queue[0].req.enqueued)
+			if wait <= 0 || b.full() {
+				b.next()
+				b.obs.Queue(len(b.waiting), b.pool.Size()-b.free)
 				continue
 			}
 			timer.Reset(wait)
 		}
 		select {
 		case r := <-b.in:
-			add(r)
-			b.obs.Queue(len(waiting), b.pool.Size()-free)
-		case <-b.finished:
-			free++
-			b.obs.Queue(len(waiting), b.pool.Size()-free)
+			b.admit(r)
+			b.obs.Queue(len(b.waiting), b.pool.Size()-b.free)
+		case f := <-b.finished:
+			b.done(f)
+			b.obs.Queue(len(b.waiting), b.pool.Size()-b.free)
 		case <-timer.C:
+		case now := <-tick:
+			if decided, _ := b.ctl.tick(now); decided {
+				st := b.State()
+				b.obs.Control(st, st.SLO.Decision != "hold")
+			}
 		case <-b.stop:
-			// Drain: everything admitted is served before the batcher stops.
-			for {
-				select {
-				case r := <-b.in:
-					add(r)
-					continue
-				default:
-				}
-				break
-			}
-			for len(queue) > 0 {
-				for free == 0 {
-					<-b.finished
-					free++
-				}
-				next()
-			}
-			for free < b.pool.Size() {
-				<-b.finished
-				free++
-			}
+			b.drain()
 			return
 		}
 		timer.Stop()
 	}
 }
 
+// drain serves everything admitted before the batcher stops.
+func (b *Batcher) drain() {
+	for {
+		select {
+		case r := <-b.in:
+			b.enqueue(r, 0)
+			continue
+		default:
+		}
+		break
+	}
+	for len(b.queue) > 0 {
+		for b.free == 0 {
+			b.done(<-b.finished)
+		}
+		b.next()
+	}
+	for b.free < b.pool.Size() {
+		b.done(<-b.finished)
+	}
+}
+
+// dropExpired drops the rows of requests whose context ended: nobody waits for them.
+func (b *Batcher) dropExpired() {
+	if len(b.queue) == 0 {
+		return
+	}
+	b.queue = slices.DeleteFunc(b.queue, func(w row) bool {
+		if w.req.ctx.Err() == nil {
+			return false
+		}
+		if _, ok := b.waiting[w.req]; ok {
+			delete(b.waiting, w.req)
+			b.release(w.req)
+			b.obs.Expired()
+		}
+		return true
+	})
+}
+
+// admit decides whether r may wait: when the latency predicted for it, from its arrival,
+// fits the SLO controller's budget and its own deadline. A request is never refused when
+// nothing is ahead of it.
+func (b *Batcher) admit(r *request) {
+	now := time.Now()
+	ahead := b.predictAhead(now)
+	// The request's own rows run on up to as many sessions as it has rows.
+	own := time.Duration(0)
+	for _, e := range r.encs {
+		own += b.predictRow(e.Len())
+	}
+	own /= time.Duration(min(len(r.encs), b.pool.Size()))
+	predicted := now.Sub(r.arrived) + ahead + own
+	r.predicted = predicted
+	refuse := func(err error, reason string, budget time.Duration) {
+		b.release(r)
+		b.obs.Refused(reason)
+		if b.ctl != nil {
+			b.ctl.refusedOne()
+		}
+		// Retry when the queue will have drained by the excess, but not sooner than the
+		// time the request would have waited.
+		retry := max(predicted-budget, ahead/2)
+		r.mu.Lock()
+		r.err = &OverloadError{Err: err, Reason: reason, Predicted: predicted, Budget: budget, RetryAfter: retry}
+		r.left = 0
+		close(r.done)
+		r.mu.Unlock()
+	}
+	if ahead > 0 {
+		if dl, ok := r.ctx.Deadline(); ok && now.Add(ahead+own).After(dl) {
+			refuse(ErrOverloaded, "deadline", dl.Sub(r.arrived))
+			return
+		}
+		if b.ctl != nil {
+			if budget, _ := b.ctl.budgets(); predicted > budget {
+				refuse(ErrOverloaded, "slo", budget)
+				return
+			}
+		}
+	}
+	if b.ctl != nil {
+		b.ctl.admitted()
+	}
+	b.enqueue(r, predicted)
+}
+
+func (b *Batcher) enqueue(r *request, predicted time.Duration) {
+	r.predicted = predicted
+	for i := range r.encs {
+		b.queue = append(b.queue, row{r, i})
+	}
+	b.waiting[r] = len(r.encs)
+}
+
+// predictRow is the session time one queued row of n tokens is predicted to take: its
+// batch-of-one cost, scaled by the measured discount.
+func (b *Batcher) predictRow(n int) time.Duration {
+	return time.Duration(float64(b.cost.Predict(1, n)) * b.discount)
+}
+
+// predictAhead is how long a request arriving now is predicted to wait for a session: the
+// rest of the running batches and the queued rows, spread over the sessions.
+func (b *Batcher) predictAhead(now time.Time) time.Duration {
+	var work time.Duration
+	for _, run := range b.runs {
+		work += max(0, run.end.Sub(now))
+	}
+	for _, w := range b.queue {
+		work += b.predictRow(w.len())
+	}
+	if b.free > 0 && len(b.queue) == 0 {
+		return 0 // a session is free: the request runs at once
+	}
+	return work / time.Duration(b.pool.Size())
+}
+
+// done takes in a finished batch: its session is free, and its run time teaches the
+// discount and the per-row service time.
+func (b *Batcher) done(f finished) {
+	b.free++
+	b.runs = slices.DeleteFunc(b.runs, func(r running) bool { return r.id == f.id })
+	if !f.ok || f.single <= 0 {
+		return
+	}
+	const alpha = 0.05
+	b.discount = (1-alpha)*b.discount + alpha*float64(f.took)/float64(f.single)
+	b.discountBits.Store(math.Float64bits(b.discount))
+}
+
 // full says whether the queue already holds a full batch.
-func (b *Batcher) full(queue []row) bool {
-	if len(queue) >= b.cfg.MaxBatchSize {
+func (b *Batcher) full() bool {
+	if len(b.queue) >= b.cfg.MaxBatchSize {
 		return true
 	}
 	if b.cfg.MaxBatchTokens == 0 {
 		return false
 	}
 	longest := 0
-	for _, w := range queue {
+	for _, w := range b.queue {
 		longest = max(longest, w.len())
 	}
-	return (len(queue)+1)*longest > b.cfg.MaxBatchTokens
+	return (len(b.queue)+1)*longest > b.cfg.MaxBatchTokens
 }
 
-// form takes the next batch out of the queue. The oldest row always goes; the others are
-// the rows closest to it in length, so that short rows are not padded to long ones, up to
-// MaxBatchSize rows and MaxBatchTokens padded tokens.
-func (b *Batcher) form(queue *[]row) []row {
-	q := *queue
+// next forms a batch and dispatches it on a free session; a request leaves the queue
+// bounds when its last row is dispatched.
+func (b *Batcher) next() {
+	batch := b.form()
+	for _, w := range batch {
+		if b.waiting[w.req]--; b.waiting[w.req] == 0 {
+			delete(b.waiting, w.req)
+			b.release(w.req)
+		}
+	}
+	b.free--
+	b.dispatch(batch)
+}
+
+// speedupSlack is how much less speed-up a smaller batch may give and still be preferred to
+// the best one: a smaller batch finishes sooner, for every row in it.
+const speedupSlack = 0.05
+
+// form takes the next batch out of the queue. The oldest row always goes (first come, first
+// served). The candidates are the rows closest to it in length, so that short rows are not
+// padded to long ones, grown one neighbour at a time up to MaxBatchSize rows, MaxBatchTokens
+// padded tokens, the controller's batch budget, and a fair share of the queue when several
+// sessions are free. Of those nested candidates it takes the one with the highest predicted
+// speed-up, or a smaller one within speedupSlack of it.
+//
+// A batch's speed-up is the time its rows would take run one by one, each at its own
+// length, over the time the batch takes: Σ cost(1, len) / cost(rows, longest). It is 1 for a
+// row alone; above 1 where a run's fixed cost amortizes over rows of similar length; below 1
+// where padding, or a device on which rows cost more together, makes the batch dearer than
+// its rows. Counting each row at its own length, rather than texts per second, keeps a long
+// row from looking cheap company for short ones that would have run cheaply alone.
+func (b *Batcher) form() []row {
+	q := b.queue
 	oldest := q[0]
+	if oldest.req.whole {
+		return b.formWhole()
+	}
 	// Candidates by length; ties keep arrival order, so among equals the oldest go first.
 	idx := make([]int, len(q))
 	for i := range idx {
@@ -317,9 +545,22 @@ func (b *Batcher) form(queue *[]row) []row {
 	}
 	slices.SortStableFunc(idx, func(a, c int) int { return q[a].len() - q[c].len() })
 	at := slices.Index(idx, 0)
+	limit := min(b.cfg.MaxBatchSize, (len(q)+b.free-1)/b.free)
+	var runBudget time.Duration
+	if b.ctl != nil {
+		_, runBudget = b.ctl.budgets()
+	}
+	known := b.cost.Observations() > 0
+
+	type cand struct {
+		lo, hi int
+		gain   float64
+	}
 	lo, hi := at, at+1 // the window idx[lo:hi] holds the batch
 	longest := oldest.len()
-	for hi-lo < b.cfg.MaxBatchSize {
+	single := b.cost.Predict(1, longest) // Σ cost(1, len) of the window's rows
+	cands := []cand{{lo, hi, 1}}
+	for hi-lo < limit {
 		// Grow towards the neighbour whose length is closer to the oldest row's.
 		var next int
 		switch {
@@ -340,7 +581,11 @@ func (b *Batcher) form(queue *[]row) []row {
 			break
 		}
 		l := max(longest, q[idx[next]].len())
-		if b.cfg.MaxBatchTokens > 0 && (hi-lo+1)*l > b.cfg.MaxBatchTokens {
+		rows := hi - lo + 1
+		if b.cfg.MaxBatchTokens > 0 && rows*l > b.cfg.MaxBatchTokens {
+			break
+		}
+		if runBudget > 0 && known && b.cost.Predict(rows, l) > runBudget {
 			break
 		}
 		longest = l
@@ -349,17 +594,65 @@ func (b *Batcher) form(queue *[]row) []row {
 		} else {
 			lo--
 		}
+		single += b.cost.Predict(1, q[idx[next]].len())
+		cands = append(cands, cand{lo, hi, speedup(b.cost, single, rows, l, known)})
 	}
-	take := idx[lo:hi]
+	best := 0
+	for i, c := range cands {
+		if c.gain > cands[best].gain {
+			best = i
+		}
+	}
+	pick := cands[best]
+	for _, c := range cands[:best] {
+		if c.gain >= (1-speedupSlack)*cands[best].gain {
+			pick = c
+			break
+		}
+	}
+	take := idx[pick.lo:pick.hi]
 	slices.Sort(take) // back to arrival order
 	batch := make([]row, len(take))
 	for i, j := range take {
 		batch[i] = q[j]
 	}
-	*queue = slices.DeleteFunc(q, func(w row) bool {
+	b.queue = slices.DeleteFunc(q, func(w row) bool {
 		return slices.ContainsFunc(batch, func(x row) bool { return x == w })
 	})
 	return batch
+}
+
+// formWhole takes the oldest request's rows, in order, up to MaxBatchSize rows and
+// MaxBatchTokens padded tokens.
+func (b *Batcher) formWhole() []row {
+	req := b.queue[0].req
+	var batch []row
+	longest := 0
+	for _, w := range b.queue {
+		if w.req != req {
+			continue
+		}
+		l := max(longest, w.len())
+		if len(batch) == b.cfg.MaxBatchSize || (len(batch) > 0 && b.cfg.MaxBatchTokens > 0 && (len(batch)+1)*l > b.cfg.MaxBatchTokens) {
+			break
+		}
+		batch, longest = append(batch, w), l
+	}
+	b.queue = slices.DeleteFunc(b.queue, func(w row) bool {
+		return w.req == req && slices.Contains(batch, w)
+	})
+	return batch
+}
+
+// speedup is single, the rows' predicted time one by one, over the predicted time of the
+// batch of rows × cols. Before the model has any observation every batch is taken to cost
+// the same as one row, so the largest allowed is formed.
+func speedup(m *CostModel, single time.Duration, rows, cols int, known bool) float64 {
+	d := m.Predict(rows, cols)
+	if !known || d <= 0 || single <= 0 {
+		return float64(rows)
+	}
+	return float64(single) / float64(d)
 }
 
 // dispatch runs a batch on the pool and hands each row its result.
@@ -367,9 +660,11 @@ func (b *Batcher) dispatch(batch []row) {
 	encs := make([]tokenize.Encoding, len(batch))
 	real := 0
 	now := time.Now()
+	var single time.Duration
 	for i, w := range batch {
 		encs[i] = w.req.encs[w.i]
 		real += encs[i].Len()
+		single += b.cost.Predict(1, encs[i].Len())
 		if i > 0 && batch[i-1].req == w.req {
 			continue // rows of one request are adjacent: count the batch once
 		}
@@ -379,11 +674,19 @@ func (b *Batcher) dispatch(batch []row) {
 		w.req.mu.Unlock()
 	}
 	padded := tokenize.Pad(encs)
+	predicted := b.cost.Predict(padded.Rows, padded.Cols)
+	b.nextID++
+	b.runs = append(b.runs, running{id: b.nextID, end: now.Add(predicted)})
 	b.obs.Batch(len(batch), padded.Rows*padded.Cols, real)
-	go func() {
-		defer func() { b.finished <- struct{}{} }()
+	go func(id uint64) {
+		f := finished{id: id, single: single}
+		defer func() { b.finished <- f }()
 		// The batch serves several requests: no one request's context may cancel it.
 		out, err := b.pool.Run(context.Background(), padded)
+		f.took, f.ok = time.Since(now), err == nil
+		if f.ok {
+			b.perRow.Store(math.Float64bits(f.took.Seconds() / float64(len(batch))))
+		}
 		var rows []Tensor
 		if err == nil {
 			rows = out.Rows()
@@ -399,10 +702,52 @@ func (b *Batcher) dispatch(batch []row) {
 					res = append(res, rows[j])
 				}
 			}
-			batch[i].req.finish(idx, res, err)
+			r := batch[i].req
+			if r.finish(idx, res, err) && err == nil && b.ctl != nil {
+				b.ctl.record(time.Since(r.arrived))
+			}
 			i = j
 		}
-	}()
+	}(b.nextID)
+}
+
+// SchedulerState is what a version's batcher has learned and decided, for /info.
+type SchedulerState struct {
+	Sessions int    `json:"sessions"`
+	Policy   string `json:"policy"` // "work-conserving" or "window 5ms"
+	MaxBatch int    `json:"max_batch"`
+	// Cost is the learned cost model: its observations, coefficients (milliseconds; c in
+	// units of 64 tokens) and the curve it predicts.
+	Cost struct {
+		Observations int         `json:"observations"`
+		Coefficients [4]float64  `json:"coefficients_ms"` // k0 + k1·r + k2·r·c + k3·r·c²
+		Curve        []CostPoint `json:"curve"`
+		Discount     float64     `json:"discount"` // measured / predicted time of served batches
+	} `json:"cost"`
+	SLO *ControlState `json:"slo,omitempty"`
+}
+
+// State reports what the batcher has learned and decided. It is safe to call at any time.
+func (b *Batcher) State() SchedulerState {
+	var s SchedulerState
+	s.Sessions = b.pool.Size()
+	s.Policy = "work-conserving"
+	if b.cfg.MaxQueueDelay > 0 {
+		s.Policy = "window " + b.cfg.MaxQueueDelay.String()
+	}
+	s.MaxBatch = b.cfg.MaxBatchSize
+	s.Cost.Observations = b.cost.Observations()
+	s.Cost.Coefficients = b.cost.Coefficients()
+	for i, k := range s.Cost.Coefficients {
+		s.Cost.Coefficients[i] = math.Round(k*1e6) / 1e6
+	}
+	s.Cost.Curve = b.cost.Curve(curveRows(b.cfg.MaxBatchSize), CurveTokens)
+	s.Cost.Discount = round3(math.Float64frombits(b.discountBits.Load()))
+	if b.ctl != nil {
+		st := b.ctl.snapshot()
+		s.SLO = &st
+	}
+	return s
 }
 
 // Close serves every admitted request, then stops the batcher. It does not close the pool.

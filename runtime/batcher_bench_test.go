@@ -22,11 +22,12 @@ func (nopSession) Run(_ context.Context, b tokenize.Batch) (runtime.Tensor, erro
 func (nopSession) Close() error { return nil }
 
 // batchCounter counts batches and rows, cheaply.
-type batchCounter struct{ batches, rows atomic.Int64 }
+type batchCounter struct {
+	runtime.NopObserver
+	batches, rows atomic.Int64
+}
 
 func (o *batchCounter) Batch(rows, _, _ int) { o.batches.Add(1); o.rows.Add(int64(rows)) }
-func (o *batchCounter) Queue(int, int)       {}
-func (o *batchCounter) Expired()             {}
 
 // BenchmarkBatcher is the cost of one Execute of a one-text request (12 tokens) through the
 // batcher and a pool of two no-op sessions, from 1 and from 64 concurrent callers. The

@@ -22,8 +22,10 @@ func enc(id int64, n int) tokenize.Encoding {
 }
 
 type countingObserver struct {
+	runtime.NopObserver
 	mu      sync.Mutex
 	batches []int
+	refused map[string]int
 	expired atomic.Int32
 }
 
@@ -32,8 +34,15 @@ func (o *countingObserver) Batch(rows, padded, real int) {
 	o.batches = append(o.batches, rows)
 	o.mu.Unlock()
 }
-func (o *countingObserver) Queue(int, int) {}
-func (o *countingObserver) Expired()       { o.expired.Add(1) }
+func (o *countingObserver) Expired() { o.expired.Add(1) }
+func (o *countingObserver) Refused(reason string) {
+	o.mu.Lock()
+	if o.refused == nil {
+		o.refused = map[string]int{}
+	}
+	o.refused[reason]++
+	o.mu.Unlock()
+}
 
 func newBatcher(cfg runtime.BatchConfig, delay time.Duration, sessions int) (*runtime.Batcher, []*fakeSession, *countingObserver) {
 	var ss []runtime.Session

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ortserve/ortserve/tokenize"
 )
@@ -49,10 +50,13 @@ type Session interface {
 
 // Pool runs batches on a fixed set of sessions, one batch per session at a time. Its size
 // is a tuning knob: sessions = streams on CUDA, sessions × intra-op threads = cores on CPU.
+// Every run it makes is timed into its CostModel: what a batch costs is a property of the
+// version's graph on this device, so the pool is where it is learned.
 type Pool struct {
 	free     chan Session
 	sessions []Session
 	done     chan struct{}
+	cost     *CostModel
 }
 
 // NewPool takes ownership of sessions.
@@ -60,7 +64,7 @@ func NewPool(sessions []Session) *Pool {
 	if len(sessions) == 0 {
 		panic("runtime: NewPool needs at least one session")
 	}
-	p := &Pool{free: make(chan Session, len(sessions)), sessions: sessions, done: make(chan struct{})}
+	p := &Pool{free: make(chan Session, len(sessions)), sessions: sessions, done: make(chan struct{}), cost: NewCostModel()}
 	for _, s := range sessions {
 		p.free <- s
 	}
@@ -73,19 +77,61 @@ func (p *Pool) Size() int { return len(p.sessions) }
 // InUse is the number of sessions running a batch now.
 func (p *Pool) InUse() int { return len(p.sessions) - len(p.free) }
 
+// Cost is what the pool has learned of its batches' run times.
+func (p *Pool) Cost() *CostModel { return p.cost }
+
 // Run waits for a free session, runs b on it and gives the session back.
 func (p *Pool) Run(ctx context.Context, b tokenize.Batch) (Tensor, error) {
-	var s Session
-	select {
-	case s = <-p.free:
-	case <-ctx.Done():
-		return Tensor{}, ctx.Err()
-	case <-p.done:
-		return Tensor{}, ErrClosed
+	s, err := p.acquire(ctx)
+	if err != nil {
+		return Tensor{}, err
 	}
 	// Release only after Run returns: the native call may still be using the session.
 	defer func() { p.free <- s }()
-	return s.Run(ctx, b)
+	start := time.Now()
+	out, err := s.Run(ctx, b)
+	if err == nil {
+		p.cost.Observe(b.Rows, b.Cols, time.Since(start), false)
+	}
+	return out, err
+}
+
+func (p *Pool) acquire(ctx context.Context) (Session, error) {
+	select {
+	case s := <-p.free:
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-p.done:
+		return nil, ErrClosed
+	}
+}
+
+// Calibrate seeds the cost model: it runs each batch twice on one session, the first run
+// warming the shape up (on CUDA it picks kernels), and records the second. It stops early,
+// without error, once budget has passed, so a slow device measures fewer shapes; give the
+// batches cheapest first. It is meant for start-up, before the pool serves.
+func (p *Pool) Calibrate(ctx context.Context, batches []tokenize.Batch, budget time.Duration) error {
+	s, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { p.free <- s }()
+	start := time.Now()
+	for _, b := range batches {
+		if _, err := s.Run(ctx, b); err != nil {
+			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
+		}
+		t := time.Now()
+		if _, err := s.Run(ctx, b); err != nil {
+			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
+		}
+		p.cost.Observe(b.Rows, b.Cols, time.Since(t), true)
+		if time.Since(start) > budget {
+			break
+		}
+	}
+	return nil
 }
 
 // Close waits for running batches to finish, then closes every session. Runs that are

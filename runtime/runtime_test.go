@@ -12,9 +12,11 @@ import (
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// fakeSession takes delay per run and returns row i filled with the row's first token id.
+// fakeSession takes delay per run (or cost(rows, cols), when set) and returns row i filled
+// with the row's first token id.
 type fakeSession struct {
 	delay  time.Duration
+	cost   func(rows, cols int) time.Duration
 	mu     sync.Mutex
 	runs   int
 	shapes [][2]int // rows, cols of each run
@@ -30,8 +32,12 @@ func (f *fakeSession) Run(ctx context.Context, b tokenize.Batch) (runtime.Tensor
 	if closed {
 		return runtime.Tensor{}, errors.New("run on a closed session")
 	}
+	d := f.delay
+	if f.cost != nil {
+		d = f.cost(b.Rows, b.Cols)
+	}
 	select {
-	case <-time.After(f.delay):
+	case <-time.After(d):
 	case <-ctx.Done():
 		return runtime.Tensor{}, ctx.Err()
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/ortserve/ortserve/runtime"
 )
 
 // Inputs is TEI's `inputs` for /embed: one string or a list of strings.
@@ -128,6 +130,9 @@ type ModelInfo struct {
 	// Reloads counts successful hot reloads; ReloadError says why the last one failed.
 	Reloads     int    `json:"reloads"`
 	ReloadError string `json:"reload_error,omitempty"`
+	// Scheduling is, per version, the batcher's learned cost curve and its SLO controller's
+	// state (docs/api.md).
+	Scheduling map[string]runtime.SchedulerState `json:"scheduling,omitempty"`
 }
 
 // decodeJSON reads one JSON value into v, refusing trailing data.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,8 @@ type Metrics struct {
 	running     *prometheus.GaugeVec
 	cacheHits   *prometheus.CounterVec
 	cacheMisses *prometheus.CounterVec
+	refused     *prometheus.CounterVec
+	sched       *schedCollector
 }
 
 // latencyBuckets resolve 50 µs to 20 s; native histograms are exported as well.
@@ -73,10 +76,75 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		running:     gauge("ortserve_batches_in_flight", "Batches running on a version's sessions now."),
 		cacheHits:   counter("ortserve_cache_hits_total", "Inputs of successful requests answered from the version's response cache."),
 		cacheMisses: counter("ortserve_cache_misses_total", "Inputs of successful requests that the version's response cache did not hold, so were computed."),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ortserve_admission_refused_total",
+			Help: "Requests a version's batcher refused with 429, by reason: queue_full (its bounds), slo (the latency predicted would pass the SLO controller's budget) or deadline (… the request's own deadline).",
+		}, []string{"model", "version", "reason"}),
+		sched: &schedCollector{},
 	}
 	reg.MustRegister(m.provider, m.requests, m.inFlight, m.tokenize, m.queue, m.inference, m.postprocess,
-		m.total, m.truncated, m.expired, m.batchSize, m.batchTokens, m.queueDepth, m.running, m.cacheHits, m.cacheMisses)
+		m.total, m.truncated, m.expired, m.batchSize, m.batchTokens, m.queueDepth, m.running, m.cacheHits, m.cacheMisses,
+		m.refused, m.sched)
 	return m
+}
+
+// describeFrom makes the scheduling metrics (cost curves, SLO controllers) read the models
+// from describe at every scrape, so that they follow hot reloads.
+func (m *Metrics) describeFrom(describe func() []ModelInfo) { m.sched.describe.Store(&describe) }
+
+var (
+	costDesc = prometheus.NewDesc("ortserve_batch_cost_seconds",
+		"Predicted run time of one batch of `rows` texts padded to `tokens`, from the version's learned cost model.",
+		[]string{"model", "version", "rows", "tokens"}, nil)
+	costObsDesc = prometheus.NewDesc("ortserve_batch_cost_observations",
+		"Runs the version's cost model has learned from (calibration and served batches).",
+		[]string{"model", "version"}, nil)
+	sloTargetDesc = prometheus.NewDesc("ortserve_slo_target_seconds",
+		"The p95 latency the version's SLO controller holds it to.", []string{"model", "version"}, nil)
+	sloObservedDesc = prometheus.NewDesc("ortserve_slo_observed_p95_seconds",
+		"p95 latency over the SLO controller's last decision window.", []string{"model", "version"}, nil)
+	sloBudgetDesc = prometheus.NewDesc("ortserve_slo_admission_budget_seconds",
+		"Latency, from arrival, predicted for a request above which the version refuses it with 429.", []string{"model", "version"}, nil)
+	sloBatchDesc = prometheus.NewDesc("ortserve_slo_batch_budget_seconds",
+		"Longest predicted run of one batch the version forms under its SLO.", []string{"model", "version"}, nil)
+	sloDecisionsDesc = prometheus.NewDesc("ortserve_slo_decisions_total",
+		"Times the version's SLO controller changed its budgets.", []string{"model", "version"}, nil)
+)
+
+// schedCollector reads each version's scheduler state at scrape time.
+type schedCollector struct {
+	describe atomic.Pointer[func() []ModelInfo]
+}
+
+func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{costDesc, costObsDesc, sloTargetDesc, sloObservedDesc, sloBudgetDesc, sloBatchDesc, sloDecisionsDesc} {
+		ch <- d
+	}
+}
+
+func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.describe.Load()
+	if f == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, mi := range (*f)() {
+		for version, st := range mi.Scheduling {
+			for _, p := range st.Cost.Curve {
+				gauge(costDesc, p.Ms/1e3, mi.Name, version, strconv.Itoa(p.Rows), strconv.Itoa(p.Tokens))
+			}
+			gauge(costObsDesc, float64(st.Cost.Observations), mi.Name, version)
+			if s := st.SLO; s != nil {
+				gauge(sloTargetDesc, s.TargetP95Ms/1e3, mi.Name, version)
+				gauge(sloObservedDesc, s.ObservedP95Ms/1e3, mi.Name, version)
+				gauge(sloBudgetDesc, s.BudgetMs/1e3, mi.Name, version)
+				gauge(sloBatchDesc, s.BatchBudgetMs/1e3, mi.Name, version)
+				ch <- prometheus.MustNewConstMetric(sloDecisionsDesc, prometheus.CounterValue, float64(s.Decisions), mi.Name, version)
+			}
+		}
+	}
 }
 
 // SetProviders records the provider of every version of every model, forgetting versions
@@ -115,6 +183,7 @@ func (m *Metrics) observe(route, model, version string, code int, st models.Stat
 // Observer returns what a version's batcher reports to.
 func (m *Metrics) Observer(model, version string) runtime.Observer {
 	return batchObserver{
+		refused: m.refused.MustCurryWith(prometheus.Labels{"model": model, "version": version}),
 		size:    m.batchSize.WithLabelValues(model, version),
 		tokens:  m.batchTokens.WithLabelValues(model, version),
 		depth:   m.queueDepth.WithLabelValues(model, version),
@@ -124,6 +193,7 @@ func (m *Metrics) Observer(model, version string) runtime.Observer {
 }
 
 type batchObserver struct {
+	refused        *prometheus.CounterVec
 	size, tokens   prometheus.Observer
 	depth, running prometheus.Gauge
 	expired        prometheus.Counter
@@ -140,3 +210,8 @@ func (o batchObserver) Queue(requests, running int) {
 }
 
 func (o batchObserver) Expired() { o.expired.Inc() }
+
+func (o batchObserver) Refused(reason string) { o.refused.WithLabelValues(reason).Inc() }
+
+// Control is for logs; the controller's state reaches the metrics at scrape time.
+func (batchObserver) Control(runtime.SchedulerState, bool) {}

@@ -51,7 +51,7 @@ func (r repo) Describe() []ModelInfo {
 			Name: c.Name, Task: string(c.Task), MaxLength: c.MaxLength,
 			Versions: st.Versions, DefaultVersion: c.DefaultVersion, Traffic: c.Traffic,
 			Pooling: string(c.Pooling), Labels: c.Labels, Dimension: st.Dimension,
-			Reloads: st.Reloads, ReloadError: st.ReloadError,
+			Reloads: st.Reloads, ReloadError: st.ReloadError, Scheduling: st.Scheduling,
 		})
 	}
 	return out

@@ -71,6 +71,7 @@ func New(cfg Config, repo Repository, log *slog.Logger, metrics *Metrics) *Serve
 	if metrics == nil {
 		metrics = NewMetrics(prometheus.NewRegistry())
 	}
+	metrics.describeFrom(repo.Describe)
 	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight))}
 }
 
@@ -167,7 +168,7 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 			case s.inFlight <- struct{}{}:
 				defer func() { <-s.inFlight }()
 			default:
-				sw.Header().Set("Retry-After", "1")
+				setRetryAfter(sw, time.Second)
 				writeError(sw, http.StatusTooManyRequests, "Overloaded", fmt.Sprintf("the server is at its limit of %d requests in flight: retry after a second", cap(s.inFlight)))
 				return
 			}
@@ -182,7 +183,7 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 				}
 				timeout = d
 			}
-			ctx := context.WithValue(r.Context(), infoKey{}, ri)
+			ctx := runtime.WithArrival(context.WithValue(r.Context(), infoKey{}, ri), start)
 			if timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -365,11 +366,18 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		tooLong   *tokenize.TooLongError
 		unknown   *models.UnknownError
 		wrongTask *models.WrongTaskError
+		overload  *runtime.OverloadError
 	)
 	switch {
+	case errors.As(err, &overload):
+		setRetryAfter(w, overload.RetryAfter)
+		writeError(w, http.StatusTooManyRequests, "Overloaded", overloadMessage(overload))
 	case errors.Is(err, runtime.ErrQueueFull):
-		w.Header().Set("Retry-After", "1")
+		setRetryAfter(w, time.Second)
 		writeError(w, http.StatusTooManyRequests, "Overloaded", "the model version's queue is full: retry after a second")
+	case errors.Is(err, runtime.ErrOverloaded):
+		setRetryAfter(w, time.Second)
+		writeError(w, http.StatusTooManyRequests, "Overloaded", "the model version is overloaded: retry after a second")
 	case errors.As(err, &tooLong):
 		writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
 	case errors.As(err, &unknown):
@@ -391,6 +399,25 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusInternalServerError, "Backend", "inference failed: "+err.Error())
 	}
+}
+
+// setRetryAfter tells a refused client when to come back: Retry-After in whole seconds (at
+// least 1, as HTTP has it) and retry-after-ms, which OpenAI's clients honour, in milliseconds.
+func setRetryAfter(w http.ResponseWriter, d time.Duration) {
+	d = max(d, time.Millisecond)
+	w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10))
+	w.Header().Set("Retry-After-Ms", strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10))
+}
+
+func overloadMessage(e *runtime.OverloadError) string {
+	wait := e.RetryAfter.Round(time.Millisecond)
+	switch e.Reason {
+	case "slo":
+		return fmt.Sprintf("the model version is at its latency objective: this request was predicted to take %v against a budget of %v; retry in %v", e.Predicted.Round(time.Millisecond), e.Budget.Round(time.Millisecond), wait)
+	case "deadline":
+		return fmt.Sprintf("the request's deadline (%v) would pass in the queue (predicted %v): retry in %v or allow more time", e.Budget.Round(time.Millisecond), e.Predicted.Round(time.Millisecond), wait)
+	}
+	return fmt.Sprintf("the model version's queue is full: retry in %v", wait)
 }
 
 func unknownMessage(e *models.UnknownError) string {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -391,11 +392,27 @@ func TestInFlightCapAndDeadline(t *testing.T) {
 	}
 }
 
-func TestQueueFullIs429(t *testing.T) {
-	ts := newTestServer(t, fakeRepo{"emb": {task: models.TaskEmbed, err: fmt.Errorf("batcher: %w", runtime.ErrQueueFull)}})
-	resp, body := post(t, ts.URL+"/embed", `{"inputs":"a"}`)
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body, "queue is full") {
-		t.Errorf("got %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+// Refusals by the batcher are 429 with a Retry-After (whole seconds, at least 1) and a
+// Retry-After-Ms computed from its prediction, and a message that says why.
+func TestOverloadIs429(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		err            error
+		after, afterMs string
+		says           string
+	}{
+		{"bare queue full", fmt.Errorf("batcher: %w", runtime.ErrQueueFull), "1", "1000", "queue is full"},
+		{"queue full with a prediction", &runtime.OverloadError{Err: runtime.ErrQueueFull, Reason: "queue_full", RetryAfter: 40 * time.Millisecond}, "1", "40", "queue is full: retry in 40ms"},
+		{"slo", &runtime.OverloadError{Err: runtime.ErrOverloaded, Reason: "slo", Predicted: 180 * time.Millisecond, Budget: 80 * time.Millisecond, RetryAfter: 2500 * time.Millisecond}, "3", "2500", "predicted to take 180ms against a budget of 80ms"},
+		{"deadline", &runtime.OverloadError{Err: runtime.ErrOverloaded, Reason: "deadline", Predicted: 300 * time.Millisecond, Budget: 100 * time.Millisecond, RetryAfter: 200 * time.Millisecond}, "1", "200", "deadline (100ms) would pass"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t, fakeRepo{"emb": {task: models.TaskEmbed, err: tc.err}})
+			resp, body := post(t, ts.URL+"/embed", `{"inputs":"a"}`)
+			if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != tc.after || resp.Header.Get("Retry-After-Ms") != tc.afterMs || !strings.Contains(body, tc.says) {
+				t.Errorf("got %d Retry-After %q Retry-After-Ms %q %s; want 429 %q %q %q", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Retry-After-Ms"), body, tc.after, tc.afterMs, tc.says)
+			}
+		})
 	}
 }
 

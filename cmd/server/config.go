@@ -23,6 +23,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
 )
 
@@ -42,6 +43,7 @@ var fileKeys = []struct{ key, flag string }{
 	{"batching.max_queue_delay", "max-queue-delay"},
 	{"batching.max_queue_requests", "max-queue-requests"},
 	{"batching.max_queue_tokens", "max-queue-tokens"},
+	{"slo", "slo"},
 	{"limits.max_body_bytes", "max-body-bytes"},
 	{"limits.max_inputs", "max-inputs"},
 	{"limits.max_input_chars", "max-input-chars"},
@@ -381,3 +383,24 @@ func (l *loader) validate() {
 		}
 	}
 }
+
+// sloFlag is --slo: a latency objective as p95=50ms (runtime.ParseSLO), empty for none.
+type sloFlag struct{ d *time.Duration }
+
+func (f sloFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return runtime.FormatSLO(*f.d)
+}
+
+func (f sloFlag) Set(s string) error {
+	d, err := runtime.ParseSLO(s)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}
+
+func (f sloFlag) Get() any { return f.String() }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,7 +88,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.Threads, "threads", c.Threads, "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA")
 	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", c.Batch.MaxBatchSize, "most texts one inference batch takes")
 	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")
-	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "longest a text waits for others to batch with while a session is free")
+	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "opt-in batching window: longest a text waits for others while a session is free; 0: dispatch at once (continuous batching)")
+	fs.Var(sloFlag{&c.Batch.SLO}, "slo", "latency objective, as p95=50ms: hold each version's p95 to it by refusing (429) requests predicted to miss it and capping batch run time; empty: none")
 	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
 	fs.IntVar(&c.Batch.MaxQueueTokens, "max-queue-tokens", c.Batch.MaxQueueTokens, "tokens that may wait per model version; past it, 429")
 	fs.DurationVar(&c.Grace, "grace", c.Grace, "how long shutdown waits for requests in flight")
@@ -131,7 +133,7 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	b := newBackend(env, c, provider, metrics)
 	b.log = log // placement per version at load (inspect.go)
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
-	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests)
+	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
 	repo, err := models.OpenRepository(c.Models, b, log)
 	if err != nil {
@@ -236,11 +238,79 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	}
 	pool := runtime.NewPool(sessions)
 	cfg := spec.Batching.Apply(b.batch)
+	if spec.SLO > 0 {
+		cfg.SLO = spec.SLO
+	}
 	if err := cfg.Validate(); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	return batchExecutor{runtime.NewBatcher(cfg, pool, b.metrics.Observer(spec.Model, spec.Version)), pool}, nil
+	if err := pool.Calibrate(context.Background(), calibrationBatches(cfg.MaxBatchSize), calibrationBudget); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	var obs runtime.Observer = b.metrics.Observer(spec.Model, spec.Version)
+	if b.log != nil {
+		obs = logControl{obs, b.log.With("model", spec.Model, "version", spec.Version)}
+	}
+	bt := runtime.NewBatcher(cfg, pool, obs)
+	if b.log != nil {
+		logCost(b.log, spec, bt.State())
+	}
+	return batchExecutor{bt, pool}, nil
+}
+
+// calibrationBudget bounds the time each version spends measuring its cost curve at start-up.
+const calibrationBudget = 600 * time.Millisecond
+
+// calibrationBatches are the shapes a version's cost model is seeded with, cheapest first:
+// batches of 1, 2, 4, … up to most rows, at two lengths, so that the fit sees both what rows
+// and what padding cost. Pool.Calibrate stops at its budget, so a slow device measures the
+// small shapes and learns the large ones from the batches it serves.
+func calibrationBatches(most int) []tokenize.Batch {
+	type shape struct{ rows, cols int }
+	var shapes []shape
+	for _, cols := range []int{16, 48} {
+		for rows := 1; ; rows *= 2 {
+			shapes = append(shapes, shape{min(rows, most), cols})
+			if rows >= most {
+				break
+			}
+		}
+	}
+	slices.SortStableFunc(shapes, func(a, b shape) int { return a.rows*a.cols - b.rows*b.cols })
+	out := make([]tokenize.Batch, len(shapes))
+	for i, s := range shapes {
+		out[i] = syntheticBatch(s.rows, s.cols)
+	}
+	return out
+}
+
+// logControl logs the SLO controller's decisions that change a budget.
+type logControl struct {
+	runtime.Observer
+	log *slog.Logger
+}
+
+func (l logControl) Control(s runtime.SchedulerState, changed bool) {
+	l.Observer.Control(s, changed)
+	if changed && s.SLO != nil {
+		c := s.SLO
+		l.log.Info("slo controller", "decision", c.Decision, "observed_p95_ms", c.ObservedP95Ms, "target_p95_ms", c.TargetP95Ms,
+			"admission_budget_ms", c.BudgetMs, "batch_budget_ms", c.BatchBudgetMs, "samples", c.Samples, "refused", c.Refused)
+	}
+}
+
+// logCost logs a version's calibrated cost at batch 1 and at its largest batch, for the
+// typical short text: enough to see at start-up whether batching pays on this device.
+func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) {
+	var args []any
+	for _, p := range st.Cost.Curve {
+		if p.Tokens == 16 && (p.Rows == 1 || p.Rows == st.MaxBatch) {
+			args = append(args, fmt.Sprintf("batch_%d_ms", p.Rows), p.Ms, fmt.Sprintf("batch_%d_per_text_vs_1", p.Rows), p.PerTextVs1)
+		}
+	}
+	log.Info("cost model calibrated", append([]any{"model", spec.Model, "version", spec.Version, "runs", st.Cost.Observations}, args...)...)
 }
 
 // openSessions opens n sessions of the ONNX file at path reading output, and warms them up;
@@ -273,19 +343,25 @@ func (b *backend) openSessions(path, output string, n int) ([]runtime.Session, e
 // serves: the first runs of a shape allocate memory (and on CUDA pick kernels).
 var warmUpShapes = [][2]int{{1, 16}, {4, 16}, {1, 64}, {4, 64}}
 
-// warmUp runs every session on warmUpShapes with [CLS]-like ids.
+// syntheticBatch is rows texts of cols [CLS]-like ids, the shape that warm-up and
+// calibration run.
+func syntheticBatch(rows, cols int) tokenize.Batch {
+	encs := make([]tokenize.Encoding, rows)
+	for i := range encs {
+		ids := make([]int64, cols)
+		for j := range ids {
+			ids[j] = 1000 + int64(j)
+		}
+		ids[0], ids[len(ids)-1] = 101, 102
+		encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, cols)}
+	}
+	return tokenize.Pad(encs)
+}
+
+// warmUp runs every session on warmUpShapes.
 func warmUp(sessions []runtime.Session) error {
 	for _, sh := range warmUpShapes {
-		encs := make([]tokenize.Encoding, sh[0])
-		for i := range encs {
-			ids := make([]int64, sh[1])
-			for j := range ids {
-				ids[j] = 1000 + int64(j)
-			}
-			ids[0], ids[len(ids)-1] = 101, 102
-			encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, sh[1])}
-		}
-		b := tokenize.Pad(encs)
+		b := syntheticBatch(sh[0], sh[1])
 		for _, s := range sessions {
 			if _, err := s.Run(context.Background(), b); err != nil {
 				return err

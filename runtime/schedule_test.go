@@ -1,0 +1,332 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+// calibrated is a batcher over one fake session with the given cost, its cost model seeded
+// as serve seeds it: batches of 1…16 rows at 16 and 48 tokens.
+func calibrated(t *testing.T, c runtime.BatchConfig, cost func(rows, cols int) time.Duration) (*runtime.Batcher, *fakeSession, *countingObserver) {
+	t.Helper()
+	f := &fakeSession{cost: cost}
+	pool := runtime.NewPool([]runtime.Session{f})
+	var grid []tokenize.Batch
+	for _, cols := range []int{16, 48} {
+		for rows := 1; rows <= 16; rows *= 2 {
+			encs := make([]tokenize.Encoding, rows)
+			for i := range encs {
+				encs[i] = enc(0, cols)
+			}
+			grid = append(grid, tokenize.Pad(encs))
+		}
+	}
+	if err := pool.Calibrate(t.Context(), grid, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.runs, f.shapes = 0, nil
+	f.mu.Unlock()
+	obs := &countingObserver{}
+	return runtime.NewBatcher(c, pool, obs), f, obs
+}
+
+// A lone request is dispatched at once: no window by default, so its latency is its run.
+func TestBatcherIsWorkConserving(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _, _ := calibrated(t, runtime.DefaultBatchConfig(), linearCost)
+		defer b.Close()
+		start := time.Now()
+		_, st, err := b.Execute(t.Context(), []tokenize.Encoding{enc(1, 16)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, run := time.Since(start), linearCost(1, 16); d != run || st.Queue != 0 {
+			t.Errorf("took %v (queue %v), want the run alone: %v", d, st.Queue, run)
+		}
+	})
+}
+
+// What queues while the session is busy is batched as the device's cost curve says: on a
+// CPU where batching costs more per text, one row at a time; where a run's fixed cost
+// amortizes over rows of one length, a few rows; on a GPU, everything at once. Mixed lengths
+// on a linear CPU are grouped by length, never padded short to long.
+func TestBatcherFollowsTheCostCurve(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cost    func(rows, cols int) time.Duration
+		lengths []int
+		want    string // batches formed from the 16 queued rows, in rows
+	}{
+		{"cpu: batching does not pay", cpuCost, repeat(16, 16), "[1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1]"},
+		{"gpu: batching pays", gpuCost, repeat(16, 16), "[16]"},
+		// 2 ms fixed + 0.8 ms a row of 16: 12 rows (1.03 texts/ms) are the fewest within 5%
+		// of 16 rows' 1.08 texts/ms.
+		{"linear cpu, one length", linearCost, repeat(16, 16), "[12 4]"},
+		// The 8 short rows go together (padding them to 64 would cost 5× more); of the long
+		// ones, 5 rows are within 5% of 8 rows' texts/ms.
+		{"linear cpu, two lengths", linearCost, append(repeat(8, 8), repeat(8, 64)...), "[8 5 3]"},
+		// A long row first: padding 7 short rows to it (27.6 ms) costs more than running it
+		// alone (5.2 ms) and them together (4.8 ms), though it would give more texts per ms.
+		{"linear cpu, a long row first", linearCost, append([]int{64}, repeat(7, 8)...), "[1 7]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, f, obs := calibrated(t, runtime.DefaultBatchConfig(), tc.cost)
+				defer b.Close()
+				var wg sync.WaitGroup
+				wg.Go(func() { b.Execute(t.Context(), []tokenize.Encoding{enc(0, 128)}) }) // busy
+				synctest.Wait()
+				for i, n := range tc.lengths {
+					wg.Go(func() {
+						out, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i+1), n)})
+						if err != nil || out[0].Data[0] != float32(i+1) {
+							t.Errorf("request %d: %v %v", i, out, err)
+						}
+					})
+					synctest.Wait()
+				}
+				wg.Wait()
+				obs.mu.Lock()
+				got := fmt.Sprint(obs.batches[1:])
+				obs.mu.Unlock()
+				if got != tc.want {
+					t.Errorf("batches %s, want %s (shapes %v)", got, tc.want, f.shapes[1:])
+				}
+				for _, sh := range f.shapes[1:] {
+					if len(tc.lengths) > 0 && sh[1] != 8 && sh[1] != 16 && sh[1] != 64 {
+						t.Errorf("a batch padded to %d tokens", sh[1])
+					}
+				}
+			})
+		})
+	}
+}
+
+func repeat(n, v int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// Several free sessions share the queue instead of one taking it all.
+func TestBatcherSpreadsOverFreeSessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ss []runtime.Session
+		var fs []*fakeSession
+		for range 4 {
+			f := &fakeSession{cost: gpuCost}
+			fs = append(fs, f)
+			ss = append(ss, f)
+		}
+		c := runtime.DefaultBatchConfig()
+		c.MaxQueueDelay = time.Millisecond // let 16 rows gather while all four sessions are free
+		b := runtime.NewBatcher(c, runtime.NewPool(ss), nil)
+		defer b.Close()
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() { b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i), 16)}) })
+		}
+		wg.Wait()
+		for i, f := range fs {
+			if f.runs != 1 || f.shapes[0][0] != 4 {
+				t.Errorf("session %d ran %v, want one batch of 4", i, f.shapes)
+			}
+		}
+	})
+}
+
+// Under an SLO, a request is admitted only when the latency predicted for it fits the
+// controller's budget (0.8 × the SLO to start): the rest are refused at once, with a
+// Retry-After from the prediction, and every admitted request meets the SLO.
+func TestBatcherAdmitsWithinTheSLO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := runtime.DefaultBatchConfig()
+		c.SLO = 100 * time.Millisecond
+		perRow := func(rows, _ int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }
+		b, _, obs := calibrated(t, c, perRow)
+		defer b.Close()
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			admitted []time.Duration
+			refused  []*runtime.OverloadError
+		)
+		start := time.Now()
+		for range 30 {
+			wg.Go(func() {
+				_, st, err := b.Execute(t.Context(), []tokenize.Encoding{enc(1, 16)})
+				mu.Lock()
+				defer mu.Unlock()
+				var oe *runtime.OverloadError
+				switch {
+				case err == nil:
+					admitted = append(admitted, time.Since(start))
+					if st.Predicted > 80*time.Millisecond {
+						t.Errorf("admitted with a prediction of %v, over the 80ms budget", st.Predicted)
+					}
+				case errors.As(err, &oe):
+					if time.Since(start) != 0 || oe.Reason != "slo" || !errors.Is(err, runtime.ErrOverloaded) || oe.RetryAfter <= 0 {
+						t.Errorf("refusal after %v: %+v", time.Since(start), oe)
+					}
+					refused = append(refused, oe)
+				default:
+					t.Errorf("unexpected %v", err)
+				}
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		// 10 ms a row on one session: the 8 first fit in 80 ms.
+		if len(admitted) != 8 || len(refused) != 22 || slices.Max(admitted) > 80*time.Millisecond {
+			t.Errorf("admitted %d (latest %v), refused %d; want 8 within 80ms and 22 refused", len(admitted), slices.Max(admitted), len(refused))
+		}
+		if got := obs.refused["slo"]; got != 22 {
+			t.Errorf("observer saw %d slo refusals", got)
+		}
+		if st := b.State(); st.SLO == nil || st.SLO.Refused != 22 || st.SLO.Admitted != 8 {
+			t.Errorf("state %+v", st.SLO)
+		}
+	})
+}
+
+// Without an SLO, a request whose own deadline would pass in the queue is refused at once,
+// not after waiting for it to pass.
+func TestBatcherRefusesWhatItsDeadlineCannotWaitFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _, obs := calibrated(t, runtime.DefaultBatchConfig(), linearCost)
+		defer b.Close()
+		go b.Execute(t.Context(), []tokenize.Encoding{enc(1, 512)}) // 2 + 25.6 ms
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, _, err := b.Execute(ctx, []tokenize.Encoding{enc(2, 16)})
+		var oe *runtime.OverloadError
+		if !errors.As(err, &oe) || oe.Reason != "deadline" || time.Since(start) != 0 || oe.RetryAfter <= 0 {
+			t.Errorf("got %v after %v, want a deadline refusal at once", err, time.Since(start))
+		}
+		// A deadline it can meet is admitted.
+		ctx2, cancel2 := context.WithTimeout(t.Context(), time.Second)
+		defer cancel2()
+		if _, _, err := b.Execute(ctx2, []tokenize.Encoding{enc(3, 16)}); err != nil {
+			t.Errorf("a feasible deadline: %v", err)
+		}
+		if obs.refused["deadline"] != 1 {
+			t.Errorf("refusals %v", obs.refused)
+		}
+	})
+}
+
+// Open-loop load on a fake clock: Poisson arrivals at the given multiple of capacity, one
+// row each, on a session whose run time varies (2 or 18 ms a row, 10 on average: the mean
+// that predictions see hides a heavy tail). With an SLO the controller must keep admitted
+// p99 within twice the SLO even at 3× capacity, and refuse the rest with a Retry-After.
+func TestBatcherHoldsTheSLOUnderOverload(t *testing.T) {
+	for _, load := range []float64{0.7, 3} {
+		t.Run(fmt.Sprintf("load %.1f", load), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const slo = 100 * time.Millisecond
+				c := runtime.DefaultBatchConfig()
+				c.SLO = slo
+				c.MaxBatchSize = 1 // the tail comes from the service times, not from batching
+				var mu sync.Mutex
+				rng := rand.New(rand.NewPCG(1, 2))
+				varying := func(rows, _ int) time.Duration {
+					mu.Lock()
+					defer mu.Unlock()
+					if rng.IntN(2) == 0 {
+						return time.Duration(rows) * 2 * time.Millisecond
+					}
+					return time.Duration(rows) * 18 * time.Millisecond
+				}
+				b, _, _ := calibrated(t, c, varying)
+				defer b.Close()
+				arrivals := rand.New(rand.NewPCG(3, 4))
+				rate := load * 100 // capacity: 100 rows/s
+				var (
+					wg             sync.WaitGroup
+					lat            []time.Duration
+					refused, other int
+				)
+				end := time.Now().Add(20 * time.Second)
+				for time.Now().Before(end) {
+					time.Sleep(time.Duration(arrivals.ExpFloat64() / rate * float64(time.Second)))
+					wg.Go(func() {
+						start := time.Now()
+						_, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(1, 16)})
+						mu.Lock()
+						defer mu.Unlock()
+						var oe *runtime.OverloadError
+						switch {
+						case err == nil:
+							lat = append(lat, time.Since(start))
+						case errors.As(err, &oe) && oe.RetryAfter > 0:
+							refused++
+						default:
+							other++
+						}
+					})
+				}
+				wg.Wait()
+				slices.Sort(lat)
+				p99 := lat[len(lat)*99/100]
+				st := b.State().SLO
+				t.Logf("load %.1f: admitted %d, refused %d, p99 %v; controller %+v", load, len(lat), refused, p99, *st)
+				if other > 0 || p99 > 2*slo {
+					t.Errorf("admitted p99 %v (want ≤ %v), %d errors other than a 429", p99, 2*slo, other)
+				}
+				if load > 1 && (refused == 0 || float64(len(lat)) < 0.8*20*100) {
+					t.Errorf("at %.0f× capacity: %d admitted in 20 s (capacity 2000), %d refused", load, len(lat), refused)
+				}
+				if load < 1 && refused > len(lat)/50 {
+					t.Errorf("under capacity, %d of %d refused", refused, len(lat)+refused)
+				}
+			})
+		})
+	}
+}
+
+// A request marked WithWholeBatch is one batch of its own, split only by the bounds, even
+// where the cost model would split it.
+func TestBatcherWholeBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := runtime.DefaultBatchConfig()
+		c.MaxBatchSize = 8
+		b, _, obs := calibrated(t, c, cpuCost)
+		defer b.Close()
+		encs := make([]tokenize.Encoding, 12)
+		for i := range encs {
+			encs[i] = enc(int64(i), 4+i)
+		}
+		out, _, err := b.Execute(runtime.WithWholeBatch(t.Context()), encs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			if o.Data[0] != float32(i) {
+				t.Errorf("row %d has %v", i, o.Data)
+			}
+		}
+		if got := fmt.Sprint(obs.batches); got != "[8 4]" {
+			t.Errorf("batches %s, want [8 4]; without WithWholeBatch cpuCost splits them", got)
+		}
+		obs.batches = nil
+		b.Execute(t.Context(), encs)
+		if got := fmt.Sprint(obs.batches); got == "[8 4]" {
+			t.Errorf("batches %s without WithWholeBatch", got)
+		}
+	})
+}
