@@ -82,10 +82,11 @@ define work_copy
 	fi
 endef
 
-quantize: venv ## add a version: MODEL=minilm NAME=int8pc MODE=int8|fp16 [PER_CHANNEL=1] [FROM=fp32] [REPO=$(CACHE)/models/work: a copy of the build, serve it with --models]
-	$(if $(and $(MODEL),$(NAME),$(filter int8 fp16,$(MODE))),,$(error usage: make quantize MODEL=minilm NAME=int8pc MODE=int8|fp16 [PER_CHANNEL=1] [FROM=VERSION] [REPO=DIR]))
+# MODE=int8-static calibrates on the polarity data's train split ($(DATA_DIR)), hence `data`.
+quantize: venv $(if $(filter int8-static,$(MODE)),data) ## add a version: MODEL=minilm NAME=int8pc MODE=int8|int8-static|fp16 [PER_CHANNEL=1] [CALIBRATION=Percentile] [FROM=fp32] [REPO=$(CACHE)/models/work: a copy of the build, serve it with --models]
+	$(if $(and $(MODEL),$(NAME),$(filter int8 int8-static fp16,$(MODE))),,$(error usage: make quantize MODEL=minilm NAME=int8pc MODE=int8|int8-static|fp16 [PER_CHANNEL=1] [CALIBRATION=MinMax|Percentile|Entropy] [FROM=VERSION] [REPO=DIR]))
 	$(work_copy)
-	@scripts/quantize.sh $(VENV) "$(REPO)/$(MODEL)" "$(NAME)" $(MODE) $(if $(FROM),--from "$(FROM)") $(if $(PER_CHANNEL),--per-channel)
+	@scripts/quantize.sh $(VENV) "$(REPO)/$(MODEL)" "$(NAME)" $(MODE) $(if $(FROM),--from "$(FROM)") $(if $(PER_CHANNEL),--per-channel) $(if $(filter int8-static,$(MODE)),--data "$(DATA_DIR)" $(if $(CALIBRATION),--calibration "$(CALIBRATION)"))
 
 damage: venv ## add a damaged version the gate must fail: MODEL=sentiment NAME=int8-damaged MODE=noise|swap-labels [FROM=int8] [SCALE=0.3] [SEED=0] [REPO=as quantize]
 	$(if $(and $(MODEL),$(NAME),$(filter noise swap-labels,$(MODE))),,$(error usage: make damage MODEL=sentiment NAME=int8-damaged MODE=noise|swap-labels [FROM=VERSION] [SCALE=0.3] [SEED=0] [REPO=DIR]))

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the model repository the server loads:
 #   usage: scripts/build-models.sh VENV DATA_DIR MODELS_DIR
-#   MODELS_DIR/minilm/     model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx gate.csv
-#   MODELS_DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx gate.csv head.json
+#   MODELS_DIR/minilm/     model.yaml tokenizer.json fp32.onnx int8.onnx int8-static.onnx fp16.onnx gate.csv
+#   MODELS_DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx int8-static.onnx fp16.onnx gate.csv head.json
 #     gate.csv is DATA_DIR/test.csv (pinned below), the data of model.yaml's `gate:` section
 #     that `server gate` checks new versions against (scripts/models/build.py GATE)
 #   MODELS_DIR/golden/     golden json files of this build (testdata/golden holds the committed ones)
-#   MODELS_DIR/report.json, report.md   accuracies, cosine stats, sizes, timings
+#   MODELS_DIR/report.json, report.md   accuracies, cosine stats, alone-vs-batched invariance, sizes, timings
 #   MODELS_DIR/.stamp      written last; $(dirname MODELS_DIR)/current -> MODELS_DIR
 # VENV comes from scripts/venv.sh, DATA_DIR from scripts/fetch-data.sh. The work is done by
 # scripts/models/build.py in a staging directory that is renamed to MODELS_DIR when every

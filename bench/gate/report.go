@@ -99,7 +99,10 @@ type Report struct {
 	Candidate  VersionMetrics `json:"candidate"`
 	Comparison Comparison     `json:"comparison"`
 	Budget     Budget         `json:"budget"`
-	Verdict    Verdict        `json:"verdict"`
+	// Served is the served-path variability of both versions (AddServed); nil when not
+	// measured.
+	Served  *Served `json:"served,omitempty"`
+	Verdict Verdict `json:"verdict"`
 	// Notes are findings that do not decide the verdict but change how to read it.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -244,7 +247,8 @@ type Verdict struct {
 
 // Check is one budget held against the candidate.
 type Check struct {
-	// Rule is "accuracy_drop", "agreement", "cosine_mean" or "cosine_p1".
+	// Rule is "accuracy_drop", "agreement", "cosine_mean", "cosine_p1" or
+	// "batch_invariance".
 	Rule   string `json:"rule"`
 	Pass   bool   `json:"pass"`
 	Detail string `json:"detail"`

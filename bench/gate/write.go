@@ -103,7 +103,43 @@ func newView(r *Report) view {
 	if len(r.Comparison.Worst) > 0 {
 		v.tables = append(v.tables, worstTable(r.Comparison.Worst, b, c))
 	}
+	if r.Served != nil {
+		v.tables = append(v.tables, servedTable(r.Task, r.Served))
+	}
 	return v
+}
+
+// servedTable lays out the served-path variability of each version.
+func servedTable(task string, s *Served) table {
+	how := "informational"
+	if s.Required {
+		how = "the candidate must be batch-invariant"
+	}
+	t := table{title: fmt.Sprintf("Served through the batcher (%s; against each version's fixed-chunk answers; %s)", clean(s.Method), how)}
+	if task == TaskClassify {
+		t.head = []string{"version", "texts", "label flips", "max |Δp|", "items/s", "batch-invariant"}
+	} else {
+		t.head = []string{"version", "texts", "min cosine", "p1 cosine", "items/s", "batch-invariant"}
+	}
+	t.right = []bool{false, true, true, true, true, false}
+	for _, v := range s.Versions {
+		row := []string{clean(v.Version), strconv.Itoa(v.N)}
+		if task == TaskClassify {
+			row = append(row, strconv.Itoa(deref2(v.LabelFlips)), sci(deref(v.MaxProbDelta)))
+		} else {
+			row = append(row, cos6(deref(v.CosineMin)), cos6(deref(v.CosineP1)))
+		}
+		ips := dash
+		if v.ItemsPerSecond > 0 {
+			ips = strconv.FormatFloat(v.ItemsPerSecond, 'f', 1, 64)
+		}
+		yes := "no"
+		if v.Invariant {
+			yes = "yes"
+		}
+		t.rows = append(t.rows, append(row, ips, yes))
+	}
+	return t
 }
 
 func prefixed(p, s string) string {

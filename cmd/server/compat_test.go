@@ -16,9 +16,17 @@ import (
 // per test process (the ONNX Runtime environment is process-wide).
 func testCompat(t *testing.T, url string, texts []string) {
 	texts = texts[:8] // enough to be a batch; within --max-inputs
-	const minCos = 0.999999
 
-	for _, version := range []string{"fp32", "int8"} {
+	// The routes must give /embed's answers. fp32 and int8-static answer a text the same
+	// whatever batch it is in; dynamic int8 quantizes activations per batch, and the batcher
+	// may split the same request differently from one call to the next (by its learned cost
+	// and the sessions free), so its answers are held to what batch-mates move them by
+	// (docs/models.md: min cosine 0.96 alone against batched).
+	for _, version := range []string{"fp32", "int8-static", "int8"} {
+		minCos := 0.999999
+		if version == "int8" {
+			minCos = 0.95
+		}
 		var ref [][]float32
 		resp := postJSON(t, url+"/embed", map[string]any{"inputs": texts, "version": version}, &ref)
 		if resp.StatusCode != 200 {

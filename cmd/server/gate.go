@@ -8,10 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +39,8 @@ type gateFlags struct {
 	LabelMap   string
 	Budget     gate.Budget
 	Opts       gate.Options
+	Served     int
+	Invariant  bool
 	JSON       string
 	Markdown   string
 	Quiet      bool
@@ -61,6 +66,8 @@ func gateFlagSet(f *gateFlags) *flag.FlagSet {
 	fs.IntVar(&f.Opts.Resamples, "resamples", gate.DefaultResamples, "bootstrap resamples of the accuracy drop's confidence interval (at least 100)")
 	fs.Uint64Var(&f.Opts.Seed, "seed", gate.DefaultSeed, "seed of the bootstrap, so that a report can be reproduced")
 	fs.Float64Var(&f.Opts.Confidence, "confidence", gate.DefaultConfidence, "coverage of the confidence interval")
+	fs.IntVar(&f.Served, "served-concurrency", defaultServedConcurrency, "after the fixed chunks, send every version the same texts again through the batcher, one text per request with `N` in flight, and report how far each version's answers move (served-path variability); 0: skip that pass")
+	fs.BoolVar(&f.Invariant, "require-batch-invariance", false, "fail a candidate whose served answers differ from its fixed-chunk answers: embed min cosine < 0.9999, classify a flipped label or |Δp| ≥ 1e-4 (without it the served pass is informational)")
 	fs.StringVar(&f.JSON, "json", "", "write the report as JSON to `FILE` (with several candidates, one file each: FILE with -VERSION before its extension)")
 	fs.StringVar(&f.Markdown, "md", "", "write the report as Markdown to `FILE` (several candidates: as --json)")
 	fs.BoolVar(&f.Quiet, "quiet", false, "no progress bar and no notes on stderr")
@@ -76,6 +83,11 @@ classifier's accuracy drop must stay within --max-drop points at the upper end o
 bootstrap confidence interval; an embedder is judged on the cosine to the baseline's
 embeddings and on nearest-centroid accuracy. The flags override the model's gate: section in
 model.yaml (docs/models.md), so a model with one needs no flags.
+Every version runs the same fixed, length-sorted chunks one at a time, so that the numbers can
+be reproduced. Then the same texts go through the batcher as a server sends them (one per
+request, --served-concurrency in flight): the report says per version how far the served
+answers moved from its fixed-chunk ones, and whether it is batch-invariant. That pass is
+informational unless --require-batch-invariance.
 Exit status: 0 every candidate passes, 1 one fails, 2 a usage or data error.
 Examples:
   server gate --model sentiment
@@ -100,6 +112,8 @@ type gateJob struct {
 	ds         *gate.Dataset
 	budget     gate.Budget
 	opts       gate.Options
+	served     int  // requests in flight in the served pass; 0: no served pass
+	invariant  bool // the candidates must be batch-invariant
 	json, md   string
 	quiet      bool
 }
@@ -139,6 +153,12 @@ func parseGate(args []string, getenv func(string) string, stderr io.Writer) (*ga
 	if !(f.Opts.Confidence > 0 && f.Opts.Confidence < 1) {
 		return nil, usagef("--confidence %g: give a fraction between 0 and 1, e.g. 0.95", f.Opts.Confidence)
 	}
+	if f.Served < 0 {
+		return nil, usagef("--served-concurrency %d: give the requests in flight, or 0 to skip the served pass", f.Served)
+	}
+	if f.Invariant && f.Served == 0 {
+		return nil, usagef("--require-batch-invariance needs the served pass: drop --served-concurrency 0")
+	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 
@@ -176,7 +196,11 @@ func parseGate(args []string, getenv func(string) string, stderr io.Writer) (*ga
 			g.Candidates = slices.DeleteFunc(slices.Clone(g.Candidates), func(v string) bool { return v == f.Baseline })
 		}
 	}
-	j := &gateJob{serve: sc, dir: dir, cfg: cfg, opts: f.Opts, json: f.JSON, md: f.Markdown, quiet: f.Quiet}
+	j := &gateJob{serve: sc, dir: dir, cfg: cfg, opts: f.Opts, json: f.JSON, md: f.Markdown, quiet: f.Quiet, served: f.Served, invariant: f.Invariant}
+	if cfg.Cache.MaxBytes > 0 && f.Invariant {
+		return nil, usagef("--require-batch-invariance: %s has a response cache (cache.max_bytes in %s), which would answer the served pass from the fixed chunks' answers: gate a copy without it",
+			cfg.Name, filepath.Join(dir, models.ConfigFile))
+	}
 	if given["candidate"] {
 		g.Candidates = nil
 		for v := range strings.SplitSeq(f.Candidates, ",") {
@@ -368,6 +392,10 @@ func runGateJob(ctx context.Context, j *gateJob, env *ort.Env, stdout, stderr io
 		}
 		outputs[v] = r
 	}
+	served, skipped, err := j.servedPass(ctx, m, append([]string{j.baseline}, candidates...), texts, bar, stderr)
+	if err != nil {
+		return err
+	}
 
 	var failed []string
 	for i, v := range candidates {
@@ -389,6 +417,17 @@ func runGateJob(ctx context.Context, j *gateJob, env *ort.Env, stdout, stderr io
 			return usagef("%s/%s: %w", j.cfg.Name, v, err)
 		}
 		rep.Model = j.cfg.Name
+		if served != nil {
+			s, err := servedReport(j, served, outputs, v)
+			if err != nil {
+				return err
+			}
+			if err := rep.AddServed(s); err != nil {
+				return err
+			}
+		} else if skipped != "" {
+			rep.Notes = append(rep.Notes, skipped)
+		}
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
@@ -481,13 +520,7 @@ func runTexts(ctx context.Context, m *models.Model, version string, texts []stri
 		for _, i := range c {
 			batch = append(batch, texts[i])
 		}
-		var res [][]float32
-		var err error
-		if m.Config.Task == models.TaskClassify {
-			res, _, err = m.Classify(ctx, version, batch, models.ClassifyOptions{Truncate: true})
-		} else {
-			res, _, err = m.Embed(ctx, version, batch, models.EmbedOptions{Truncate: true, Normalize: m.Config.Normalize})
-		}
+		res, err := answer(ctx, m, version, batch)
 		if err != nil {
 			return versionRun{}, err
 		}
@@ -499,3 +532,122 @@ func runTexts(ctx context.Context, m *models.Model, version string, texts []stri
 	}
 	return versionRun{out: out, elapsed: time.Since(start)}, nil
 }
+
+// answer runs texts through version's pipeline as one request, truncating as a request with
+// truncate does: probabilities in label order (classify) or vectors normalized as the model's
+// config says (embed).
+func answer(ctx context.Context, m *models.Model, version string, texts []string) ([][]float32, error) {
+	var res [][]float32
+	var err error
+	if m.Config.Task == models.TaskClassify {
+		res, _, err = m.Classify(ctx, version, texts, models.ClassifyOptions{Truncate: true})
+	} else {
+		res, _, err = m.Embed(ctx, version, texts, models.EmbedOptions{Truncate: true, Normalize: m.Config.Normalize})
+	}
+	return res, err
+}
+
+// defaultServedConcurrency is the served pass's requests in flight: two full batches at the
+// default max batch size, so that a batch queues while another runs.
+const defaultServedConcurrency = 64
+
+// servedPass runs every version's texts through the batcher under concurrency (serveTexts).
+// It returns nil and a note instead when the pass is off or cannot measure anything.
+func (j *gateJob) servedPass(ctx context.Context, m *models.Model, versions []string, texts []string, bar *progress, stderr io.Writer) (map[string]versionRun, string, error) {
+	if j.served == 0 {
+		return nil, "", nil
+	}
+	if j.cfg.Cache.MaxBytes > 0 {
+		note := fmt.Sprintf("Served-path variability was not measured: %s has a response cache (cache.max_bytes), which would answer the served pass from the fixed chunks' answers.", j.cfg.Name)
+		if !j.quiet {
+			fmt.Fprintf(stderr, "gate: %s\n", note)
+		}
+		return nil, note, nil
+	}
+	// More in flight than a version may queue would fail with 429s, not measure anything.
+	limit := j.cfg.Batching.Apply(j.serve.Batch).MaxQueueRequests
+	concurrency := min(j.served, limit)
+	if concurrency < j.served && !j.quiet {
+		fmt.Fprintf(stderr, "gate: --served-concurrency %d is over %s's max_queue_requests: %d in flight\n", j.served, j.cfg.Name, concurrency)
+	}
+	j.served = concurrency // the reports say what ran
+	out := make(map[string]versionRun, len(versions))
+	for _, v := range versions {
+		r, err := serveTexts(ctx, m, v, texts, concurrency, j.opts.Seed, bar)
+		bar.done()
+		if err != nil {
+			return nil, "", fmt.Errorf("%s/%s, served pass: %w", j.cfg.Name, v, err)
+		}
+		out[v] = r
+	}
+	return out, "", nil
+}
+
+// servedReport is the served-path variability of candidate's report: the baseline's and the
+// candidate's, each against its own fixed-chunk answers.
+func servedReport(j *gateJob, served, fixed map[string]versionRun, candidate string) (*gate.Served, error) {
+	task := gate.TaskEmbed
+	if j.cfg.Task == models.TaskClassify {
+		task = gate.TaskClassify
+	}
+	s := &gate.Served{
+		Method:      fmt.Sprintf("one text per request, %d in flight, in a shuffled order", j.served),
+		Concurrency: j.served,
+		Required:    j.invariant,
+	}
+	for _, v := range []string{j.baseline, candidate} {
+		sv, err := gate.ServedVariability(task, v, fixed[v].out, served[v].out, served[v].elapsed)
+		if err != nil {
+			return nil, err
+		}
+		s.Versions = append(s.Versions, sv)
+	}
+	return s, nil
+}
+
+// serveTexts sends texts to version the way a server's clients do: one text per request,
+// concurrency requests in flight, in an order shuffled with seed. The batcher then batches
+// each text with whatever else is queued, of any length, as it does in production, and a
+// version whose output depends on its batch-mates answers differently than on the fixed
+// chunks. The outputs keep texts' order.
+func serveTexts(ctx context.Context, m *models.Model, version string, texts []string, concurrency int, seed uint64, bar *progress) (versionRun, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	out := make([][]float32, len(texts))
+	next := make(chan int)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range min(concurrency, len(texts)) {
+		wg.Go(func() {
+			for i := range next {
+				res, err := answer(ctx, m, version, texts[i:i+1])
+				if err != nil {
+					cancel(err)
+					continue // drain next; the feeder stops on the cancel
+				}
+				out[i] = res[0]
+				n := int(done.Add(1))
+				bar.draw(n, len(texts), fmt.Sprintf("%s/%s served %d/%d texts  %s", m.Name(), version, n, len(texts), time.Since(start).Round(time.Second)))
+			}
+		})
+	}
+feed:
+	for _, i := range rand.New(rand.NewPCG(seed, servedStream)).Perm(len(texts)) {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return versionRun{}, err
+	}
+	return versionRun{out: out, elapsed: time.Since(start)}, nil
+}
+
+// servedStream is the second word of the served pass's shuffle: a fixed one, so that the
+// order is the same for every version and from --seed alone.
+const servedStream = 0x73657276 // "serv"

@@ -331,6 +331,8 @@ func TestGateUsage(t *testing.T) {
 		{"few resamples", []string{"--model", "sentiment", "--data", good, "--max-drop", "1", "--resamples", "10"}, "--resamples 10: use at least 100"},
 		{"bad device", []string{"--model", "sentiment", "--data", good, "--max-drop", "1", "--device", "tpu"}, `unknown device "tpu"`},
 		{"arguments", []string{"--model", "sentiment", "extra"}, "unexpected arguments [extra]"},
+		{"negative served concurrency", []string{"--model", "sentiment", "--data", good, "--max-drop", "1", "--served-concurrency", "-1"}, "--served-concurrency -1: give the requests in flight, or 0"},
+		{"invariance without the served pass", []string{"--model", "sentiment", "--data", good, "--max-drop", "1", "--served-concurrency", "0", "--require-batch-invariance"}, "--require-batch-invariance needs the served pass"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -351,4 +353,83 @@ func TestGateUsage(t *testing.T) {
 	if r := readReport(t, json); r.Dataset.N != 10 || len(r.Dataset.Labels) != 2 {
 		t.Errorf("dataset %+v; want 10 examples of the model's two labels", r.Dataset)
 	}
+}
+
+// The served pass: the same texts through the batcher, one per request, many in flight. The
+// report has a section per version against its own fixed-chunk answers; int8-static comes out
+// batch-invariant and dynamic int8 not (measured: its probabilities move by ~0.1 and
+// embeddings to cosine ~0.98 with their batch-mates). With --require-batch-invariance that
+// fails int8 and passes int8-static; without it the pass is informational.
+func TestGateServedVariability(t *testing.T) {
+	data := writeCSV(t, filepath.Join(t.TempDir(), "half.csv"), []string{"text", "label"}, testSplit(t), 2, nil)
+	for _, tc := range []struct {
+		model   string
+		require bool
+	}{{"sentiment", true}, {"minilm", false}} {
+		t.Run(tc.model, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"--model", tc.model, "--baseline", "fp32", "--candidate", "int8,int8-static", "--data", data,
+				"--json", filepath.Join(dir, "g.json"), "--md", filepath.Join(dir, "g.md")}
+			if tc.require {
+				// A wide accuracy budget: the verdicts turn on batch invariance alone.
+				args = append(args, "--require-batch-invariance", "--max-drop", "50")
+			}
+			stdout, err := gateHere(t, args...)
+			t.Logf("%s", stdout)
+			if strings.Count(stdout, "Served through the batcher (one text per request, 64 in flight, in a shuffled order") != 2 {
+				t.Errorf("stdout lacks the served section of each report")
+			}
+			for _, v := range []string{"int8", "int8-static"} {
+				r := readReport(t, filepath.Join(dir, "g-"+v+".json"))
+				s := r.Served
+				if s == nil || len(s.Versions) != 2 || s.Versions[0].Version != "fp32" || s.Versions[1].Version != v || s.Concurrency != 64 || s.Required != tc.require {
+					t.Fatalf("%s: served %+v; want fp32 and %s, 64 in flight, required %v", v, s, v, tc.require)
+				}
+				cand := s.Versions[1]
+				if cand.N != 200 || cand.ItemsPerSecond <= 0 {
+					t.Errorf("%s: %d texts at %.1f/s; want 200, timed", v, cand.N, cand.ItemsPerSecond)
+				}
+				if want := v == "int8-static"; cand.Invariant != want {
+					t.Errorf("%s: batch-invariant %v, want %v: %+v", v, cand.Invariant, want, cand)
+				}
+				// fp32 moves by float noise only.
+				if base := s.Versions[0]; !base.Invariant {
+					t.Errorf("fp32 is not batch-invariant: %+v", base)
+				}
+				if tc.model == "minilm" && (cand.CosineMin == nil || cand.CosineP1 == nil || cand.LabelFlips != nil) ||
+					tc.model == "sentiment" && (cand.MaxProbDelta == nil || cand.LabelFlips == nil || cand.CosineMin != nil) {
+					t.Errorf("%s: %+v: want the %s statistics", v, cand, tc.model)
+				}
+				var check *gate.Check
+				for i, c := range r.Verdict.Checks {
+					if c.Rule == "batch_invariance" {
+						check = &r.Verdict.Checks[i]
+					}
+				}
+				switch {
+				case tc.require && (check == nil || check.Pass != cand.Invariant):
+					t.Errorf("%s: checks %+v; want a batch_invariance check that passes iff invariant", v, r.Verdict.Checks)
+				case !tc.require && check != nil:
+					t.Errorf("%s: a batch_invariance check without --require-batch-invariance", v)
+				case !tc.require && v == "int8" && !hasNote(r.Notes, "int8 is not batch-invariant"):
+					t.Errorf("notes %q: want one on int8's variability", r.Notes)
+				}
+				if md, err := os.ReadFile(filepath.Join(dir, "g-"+v+".md")); err != nil || !bytes.Contains(md, []byte("### Served through the batcher")) {
+					t.Errorf("%s markdown: %v, no served section", v, err)
+				}
+			}
+			if tc.require && (err == nil || !strings.Contains(err.Error(), "sentiment: int8 failed against fp32")) {
+				t.Errorf("error %v; want int8, and only it, to fail the required invariance", err)
+			}
+		})
+	}
+}
+
+func hasNote(notes []string, sub string) bool {
+	for _, n := range notes {
+		if strings.Contains(n, sub) {
+			return true
+		}
+	}
+	return false
 }

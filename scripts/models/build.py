@@ -2,8 +2,8 @@
 
 usage: python build.py --data DATA_DIR --out DIR [--compare-golden testdata/golden]
 
-DIR/minilm/     model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx gate.csv
-DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx fp16.onnx gate.csv head.json
+DIR/minilm/     model.yaml tokenizer.json fp32.onnx int8.onnx int8-static.onnx fp16.onnx gate.csv
+DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx int8-static.onnx fp16.onnx gate.csv head.json
 DIR/golden/     texts.json tokens.json minilm.json sentiment.json (see reference.py)
 DIR/report.json DIR/report.md
 
@@ -16,7 +16,12 @@ grid; only smooth functions of the inputs, so rebuilds agree to ~1e-6.
 int8: onnxruntime.quantization.quantize_dynamic (QInt8 weights, per_channel ON: with one scale
 per tensor the MiniLM embeddings drift to mean cosine 0.957 vs fp32 (min 0.89) and the check
 below fails; per channel gives ~0.99. reduce_range made it worse, 0.87, so it is not the
-AVX2 u8s8 saturation issue but outlier weight columns).
+AVX2 u8s8 saturation issue but outlier weight columns). Its activation scale is computed per
+batch, so a text's answer depends on its batch-mates.
+int8-static: int8static.quantize_int8_static, calibrated QDQ (fixed activation scales from train
+sentences): the same answer for a text alone or batched. The build measures that for fp32, int8
+and int8-static (each test text alone against inside shuffled batches of 8 and 32, BATCHED) and
+fails unless int8-static holds (CHECKS).
 fp16: onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True).
 gate.csv is DATA_DIR/test.csv (text,label; negative/positive), the data of the model.yaml
 `gate:` section (GATE) that `server gate` checks new versions against; the built int8 and
@@ -35,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+import int8static
 from common import (LABELS, MAX_LENGTH, THREADS, Timer, cosine_rows, die, log, ort_session,
                     read_split, run_batched, source_model_dir, write_json)
 
@@ -51,7 +57,15 @@ CHECKS = {
     "min_test_accuracy_fp32": 0.70,            # sentiment
     "max_accuracy_drop_int8": 0.03,            # sentiment int8 vs fp32, absolute
     "max_accuracy_drop_fp16": 0.01,            # when fp16 runs on the CPU
+    # int8-static: the same answer alone or batched (int8static.batch_invariance)
+    "min_cosine_alone_vs_batched_int8_static": 0.9999,   # minilm embeddings, sentiment probabilities
+    "max_prob_delta_alone_vs_batched_int8_static": 1e-4,  # sentiment, and no label flips
 }
+# The versions the build makes from fp32, and those whose invariance it measures (fp16 is
+# ~fp32 and slow on the CPU).
+QUANTIZED = ("int8", "int8-static", "fp16")
+BATCHED = (8, 32)
+INVARIANCE_VERSIONS = ("fp32", "int8", "int8-static")
 # The `gate:` section of each model.yaml (keys of models/config.go GateConfig; data relative to
 # the model folder). max_drop is in accuracy points (for minilm, the gate's nearest-centroid
 # accuracy); the cosines are of a candidate's embeddings against the baseline's. Measured at
@@ -151,7 +165,8 @@ def model_yaml(name, task, output, fp16_devices, extra, gate):
              f"max_length: {MAX_LENGTH}"]
     lines += extra
     lines += [f"output: {output}", "default_version: fp32", "versions:",
-              "  fp32: {file: fp32.onnx}", "  int8: {file: int8.onnx}"]
+              "  fp32: {file: fp32.onnx}", "  int8: {file: int8.onnx}",
+              "  int8-static: {file: int8-static.onnx}"]
     if fp16_devices:
         lines.append(f"  fp16: {{file: fp16.onnx, devices: [{', '.join(fp16_devices)}]}}")
     else:
@@ -212,6 +227,10 @@ def main():
     with T("quantize minilm int8"):
         quantize_int8(mdir / "fp32.onnx", mdir / "int8.onnx")
         check_io(mdir / "int8.onnx", "last_hidden_state", 3)
+    with T("quantize minilm int8-static"):
+        static_how = int8static.quantize_int8_static(mdir / "fp32.onnx", mdir / "int8-static.onnx",
+                                                     mdir / "tokenizer.json", data)
+        check_io(mdir / "int8-static.onnx", "last_hidden_state", 3)
     with T("convert minilm fp16"):
         convert_fp16(mdir / "fp32.onnx", mdir / "fp16.onnx")
         check_io(mdir / "fp16.onnx", "last_hidden_state", 3)
@@ -243,6 +262,10 @@ def main():
     with T("quantize sentiment int8"):
         quantize_int8(sdir / "fp32.onnx", sdir / "int8.onnx")
         check_io(sdir / "int8.onnx", "logits", 2)
+    with T("quantize sentiment int8-static"):
+        int8static.quantize_int8_static(sdir / "fp32.onnx", sdir / "int8-static.onnx",
+                                        sdir / "tokenizer.json", data)
+        check_io(sdir / "int8-static.onnx", "logits", 2)
     with T("convert sentiment fp16"):
         convert_fp16(sdir / "fp32.onnx", sdir / "fp16.onnx")
         check_io(sdir / "fp16.onnx", "logits", 2)
@@ -251,7 +274,7 @@ def main():
     acc, ms, fp16_cpu = {}, {"minilm": {"fp32": ms_m32}, "sentiment": {}}, {}
     emb = {"fp32": Xte}
     with T("evaluate variants on test.csv"):
-        for v in ("fp32", "int8", "fp16"):
+        for v in ("fp32",) + QUANTIZED:
             s, err = try_cpu(sdir / f"{v}.onnx")
             if s is None:
                 fp16_cpu["sentiment"] = err
@@ -262,18 +285,28 @@ def main():
             if v == "fp32":
                 graph_vs_head = float(np.abs(z - z_te_head).max())
                 val_acc_graph = float((run_batched(s, tok, Xva_t, "logits").argmax(1) == yva).mean())
-        for v in ("int8", "fp16"):
+        for v in QUANTIZED:
             s, err = try_cpu(mdir / f"{v}.onnx")
             if s is None:
                 fp16_cpu["minilm"] = err
                 continue
             emb[v], ms["minilm"][v] = timed_run(s, tok, Xte_t, "last_hidden_state")
     cos = {}
-    for v in ("int8", "fp16"):
+    for v in QUANTIZED:
         if v in emb:
             c = cosine_rows(emb["fp32"], emb[v])
             cos[v] = {"mean": float(c.mean()), "min": float(c.min()),
                       "p01": float(np.percentile(c, 1)), "n": int(len(c))}
+
+    # ---- alone against batched ---------------------------------------------------------
+    # Each test text alone (batch 1), then inside shuffled batches of mixed lengths: how far
+    # its answer moves with its batch-mates.
+    invariance = {"minilm": {}, "sentiment": {}}
+    with T("alone vs batched (fp32, int8, int8-static)"):
+        for d, output in ((mdir, "last_hidden_state"), (sdir, "logits")):
+            for v in INVARIANCE_VERSIONS:
+                invariance[d.name][v] = int8static.batch_invariance(
+                    ort_session(d / f"{v}.onnx"), tok, Xte_t, output, BATCHED)
 
     # ---- golden ----------------------------------------------------------------------
     with T("golden reference files"):
@@ -292,13 +325,24 @@ def main():
     if gold["min_cosine_ort_vs_torch"] < CHECKS["min_cosine_ort_fp32_vs_torch"]:
         failures.append(f"ORT fp32 vs torch embedding cosine {gold['min_cosine_ort_vs_torch']:.7f} "
                         f"< {CHECKS['min_cosine_ort_fp32_vs_torch']}")
-    if cos["int8"]["mean"] < CHECKS["mean_cosine_int8_vs_fp32"]:
-        failures.append(f"int8 vs fp32 mean cosine {cos['int8']['mean']:.5f} < {CHECKS['mean_cosine_int8_vs_fp32']}")
+    for v in ("int8", "int8-static"):
+        if cos[v]["mean"] < CHECKS["mean_cosine_int8_vs_fp32"]:
+            failures.append(f"{v} vs fp32 mean cosine {cos[v]['mean']:.5f} < {CHECKS['mean_cosine_int8_vs_fp32']}")
     if acc["fp32"] < CHECKS["min_test_accuracy_fp32"]:
         failures.append(f"sentiment fp32 test accuracy {acc['fp32']:.4f} < {CHECKS['min_test_accuracy_fp32']}")
-    if acc["fp32"] - acc["int8"] > CHECKS["max_accuracy_drop_int8"]:
-        failures.append(f"sentiment int8 accuracy {acc['int8']:.4f} is more than "
-                        f"{CHECKS['max_accuracy_drop_int8']} below fp32 {acc['fp32']:.4f}")
+    for v in ("int8", "int8-static"):
+        if acc["fp32"] - acc[v] > CHECKS["max_accuracy_drop_int8"]:
+            failures.append(f"sentiment {v} accuracy {acc[v]:.4f} is more than "
+                            f"{CHECKS['max_accuracy_drop_int8']} below fp32 {acc['fp32']:.4f}")
+    for model, by_size in ((m, invariance[m]["int8-static"]) for m in ("minilm", "sentiment")):
+        for size, r in by_size.items():
+            if r["cos_min"] < CHECKS["min_cosine_alone_vs_batched_int8_static"]:
+                failures.append(f"{model} int8-static alone vs batched ({size}): cosine {r['cos_min']:.7f} "
+                                f"< {CHECKS['min_cosine_alone_vs_batched_int8_static']}")
+            if r.get("label_flips") or r.get("max_abs_dp", 0) >= CHECKS["max_prob_delta_alone_vs_batched_int8_static"]:
+                failures.append(f"{model} int8-static alone vs batched ({size}): {r['label_flips']} label flips, "
+                                f"max |dp| {r['max_abs_dp']:.2e} (want none and < "
+                                f"{CHECKS['max_prob_delta_alone_vs_batched_int8_static']})")
     if acc["fp16"] is not None and acc["fp32"] - acc["fp16"] > CHECKS["max_accuracy_drop_fp16"]:
         failures.append(f"sentiment fp16 accuracy {acc['fp16']:.4f} is more than "
                         f"{CHECKS['max_accuracy_drop_fp16']} below fp32 {acc['fp32']:.4f}")
@@ -307,7 +351,7 @@ def main():
         for key, stat in (("min_cosine_mean", "mean"), ("min_cosine_p1", "p01")):
             if c[stat] < GATE["minilm"][key]:
                 failures.append(f"minilm {v} cosine {stat} {c[stat]:.5f} < gate {key} {GATE['minilm'][key]}")
-    for v in ("int8", "fp16"):
+    for v in QUANTIZED:
         if acc[v] is not None and round(100 * (acc["fp32"] - acc[v]), 6) > GATE["sentiment"]["max_drop"]:
             failures.append(f"sentiment {v} loses {100 * (acc['fp32'] - acc[v]):.2f} accuracy points, "
                             f"more than its gate's max_drop {GATE['sentiment']['max_drop']}")
@@ -329,6 +373,14 @@ def main():
                       "val_accuracy_fp32": val_acc_graph, "test_accuracy": acc,
                       "fp32_graph_vs_float64_head_max_abs_logit_diff": graph_vs_head},
         "minilm": {"cosine_vs_fp32_on_test": cos},
+        "int8_static": {"how": static_how,
+                        "calibration": {"split": int8static.CALIB_SPLIT, "texts": int8static.CALIB_TEXTS,
+                                        "method": int8static.CALIB_METHOD}},
+        "alone_vs_batched": {"note": f"test.csv (400 texts): each alone, against inside shuffled batches of "
+                                     f"{' and '.join(map(str, BATCHED))} (mixed lengths, padded); "
+                                     f"minilm: cosine of the pooled embeddings; sentiment: of the "
+                                     f"probabilities, with max |dp| and label flips; {THREADS} threads",
+                             **invariance},
         "fp16_cpu": {"runs_on_cpu": not fp16_cpu, "errors": fp16_cpu, "devices": fp16_devices or "all"},
         "golden": gold,
         "sizes_bytes": sizes,
@@ -343,8 +395,9 @@ def main():
         for f in failures:
             log("check failed: " + f)
         die(f"{len(failures)} sanity check(s) failed; see {out / 'report.json'}")
-    log(f"test accuracy fp32 {acc['fp32']:.4f} int8 {acc['int8']:.4f} fp16 {acc['fp16']}; "
-        f"int8 cosine mean {cos['int8']['mean']:.5f}; total {report['timings_s']['total_build_py']} s")
+    log(f"test accuracy fp32 {acc['fp32']:.4f} int8 {acc['int8']:.4f} int8-static {acc['int8-static']:.4f} "
+        f"fp16 {acc['fp16']}; cosine mean int8 {cos['int8']['mean']:.5f} int8-static "
+        f"{cos['int8-static']['mean']:.5f}; total {report['timings_s']['total_build_py']} s")
 
 
 def report_md(r):
@@ -355,7 +408,7 @@ def report_md(r):
              + ", ".join(f"{k} {v}" for k, v in r["versions"].items()), "",
              "## sentiment (Pang & Lee sentence polarity, test split of 400)", "",
              "| variant | test accuracy | ms/text (CPU) | size (MB) |", "|---|---|---|---|"]
-    for v in ("fp32", "int8", "fp16"):
+    for v in ("fp32",) + QUANTIZED:
         lines.append(f"| {v} | {f(acc[v])} | {r['inference_ms_per_text']['sentiment'].get(v, 'n/a')} | "
                      f"{r['sizes_bytes'][f'sentiment/{v}.onnx'] / 1e6:.1f} |")
     lines += ["", f"Head: logistic regression, C = {s['C']} chosen on val (val accuracy {s['val_accuracy_head']:.4f}).",
@@ -364,11 +417,26 @@ def report_md(r):
               for g in s["C_grid"]]
     lines += ["", "## minilm", "", "| variant | cosine vs fp32 mean | min | ms/text (CPU) | size (MB) |",
               "|---|---|---|---|---|"]
-    for v in ("fp32", "int8", "fp16"):
+    for v in ("fp32",) + QUANTIZED:
         c = r["minilm"]["cosine_vs_fp32_on_test"].get(v)
         lines.append(f"| {v} | {c['mean']:.6f} | {c['min']:.6f} | " if c else f"| {v} | 1 | 1 | " if v == "fp32"
                      else f"| {v} | n/a | n/a | ")
         lines[-1] += f"{r['inference_ms_per_text']['minilm'].get(v, 'n/a')} | {r['sizes_bytes'][f'minilm/{v}.onnx'] / 1e6:.1f} |"
+    ab = r["alone_vs_batched"]
+    lines += ["", "## Alone against batched", "", ab["note"] + ".", "", "int8-static: " + r["int8_static"]["how"] + ".", "",
+              "| model | version | " + " | ".join(f"batch {b}: cosine min | p1" for b in BATCHED)
+              + " | max abs dp | label flips |", "|---|---|" + "---|---|" * len(BATCHED) + "---|---|"]
+    for model in ("minilm", "sentiment"):
+        for v, by_size in ab[model].items():
+            by_size = {int(k): x for k, x in by_size.items()}
+            cells = [f"{by_size[b]['cos_min']:.7f} | {by_size[b]['cos_p01']:.7f}" for b in BATCHED]
+            if "max_abs_dp" in by_size[BATCHED[0]]:
+                dp = max(x["max_abs_dp"] for x in by_size.values())
+                flips = max(x["label_flips"] for x in by_size.values())
+                cells.append(f"{dp:.2e} | {flips}")
+            else:
+                cells.append(" | ")
+            lines.append(f"| {model} | {v} | " + " | ".join(cells) + " |")
     g = r["golden"]
     lines += ["", f"fp16 on the CPU execution provider: {'runs' if r['fp16_cpu']['runs_on_cpu'] else 'does not run'}"
               + ("" if r["fp16_cpu"]["runs_on_cpu"] else f" ({next(iter(r['fp16_cpu']['errors'].values()))})"),

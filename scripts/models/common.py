@@ -97,13 +97,22 @@ def run_batched(sess, tok, texts, output, batch_size=32):
     in input order. For last_hidden_state the result is mean-pooled + L2-normalized (float64),
     the same pooling the Go pipeline does."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    return run_groups(sess, tok, texts, [order[s:s + batch_size] for s in range(0, len(order), batch_size)], output)
+
+
+def run_groups(sess, tok, texts, groups, output, probabilities=False):
+    """Runs `output` of sess over texts cut into groups of indices, each group one batch padded
+    to its longest text; returns per-text results in texts' order, as run_batched (with
+    probabilities, logits come back softmaxed)."""
+    names = {i.name for i in sess.get_inputs()}
     out = [None] * len(texts)
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
+    for idx in groups:
         feeds = encode_batch(tok, [texts[i] for i in idx])
-        (res,) = sess.run([output], feeds)
+        (res,) = sess.run([output], {k: v for k, v in feeds.items() if k in names})
         if output == "last_hidden_state":
             res = mean_pool_normalize(res, feeds["attention_mask"])
+        elif probabilities:
+            res = softmax(res)
         for j, i in enumerate(idx):
             out[i] = np.asarray(res[j], dtype=np.float64)
     return np.stack(out)

@@ -1,13 +1,20 @@
-"""Adds an int8 or fp16 version of a model to a model repository, made from its fp32 version
-with onnxruntime's own tooling: the same calls build.py makes for the default models.
+"""Adds an int8, int8-static or fp16 version of a model to a model repository, made from its fp32
+version with onnxruntime's own tooling: the same calls build.py makes for the default models.
 
 usage: python quantize.py MODEL_DIR NAME MODE [--from VERSION] [--per-channel] [--reduce-range]
+                          [--data DIR] [--calibration METHOD] [--calibration-texts N]
        (scripts/quantize.sh runs it with the pinned venv; `make quantize` runs that)
 
 MODE int8: onnxruntime.quantization.quantize_dynamic, QInt8 weights, activations quantized at
            run time; --per-channel gives each output channel its own scale (MiniLM needs it:
            one scale per tensor drifts to mean cosine ~0.96 vs fp32, see build.py),
-           --reduce-range uses 7-bit weights.
+           --reduce-range uses 7-bit weights. One activation scale per batch: a text's answer
+           depends on the texts batched with it.
+MODE int8-static: int8static.quantize_int8_static, as build.py: calibrated QDQ, fixed
+           activation scales, so a text's answer is the same alone or batched. Calibrates on
+           sentences of DIR/train.csv (--data, the polarity data; `make quantize` passes
+           $CACHE/data/polarity); --calibration MinMax|Percentile|Entropy (default Percentile),
+           --calibration-texts N (default 400). Weights are always one scale per output channel.
 MODE fp16: onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True), as
            build.py; when the CPU execution provider cannot run the result the version gets
            `devices: [cuda]`, as build.py does.
@@ -283,13 +290,29 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir", help="a model folder with a model.yaml")
     ap.add_argument("name", help="the new version's name; the file is NAME.onnx")
-    ap.add_argument("mode", choices=["int8", "fp16"])
+    ap.add_argument("mode", choices=["int8", "int8-static", "fp16"])
     ap.add_argument("--from", dest="src", help="the fp32 version to start from (default: default_version)")
     ap.add_argument("--per-channel", action="store_true", help="int8: one scale per output channel")
-    ap.add_argument("--reduce-range", action="store_true", help="int8: 7-bit weights")
+    ap.add_argument("--reduce-range", action="store_true", help="int8, int8-static: 7-bit weights")
+    ap.add_argument("--data", help="int8-static: the folder with train.csv (text column) to calibrate on")
+    ap.add_argument("--calibration", default=None, help="int8-static: MinMax, Percentile or Entropy (default Percentile)")
+    ap.add_argument("--calibration-texts", type=int, default=None, help="int8-static: sentences to calibrate on (default 400)")
     a = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import int8static
+
     if a.mode == "fp16" and (a.per_channel or a.reduce_range):
         die("--per-channel and --reduce-range are for int8")
+    if a.mode != "int8-static" and (a.data or a.calibration or a.calibration_texts):
+        die("--data, --calibration and --calibration-texts are for int8-static")
+    if a.mode == "int8-static":
+        if not a.data or not (Path(a.data) / f"{int8static.CALIB_SPLIT}.csv").is_file():
+            die(f"int8-static calibrates on {int8static.CALIB_SPLIT}.csv: give --data DIR with it "
+                "(the polarity data: make data, then --data ~/.cache/ortserve/data/polarity)")
+        if a.calibration and a.calibration not in int8static.METHODS:
+            die(f"--calibration {a.calibration}: use one of {', '.join(int8static.METHODS)}")
+        if a.calibration_texts is not None and a.calibration_texts < 1:
+            die(f"--calibration-texts {a.calibration_texts}: give at least 1")
 
     folder = ModelFolder(a.model_dir)
     folder.check_new(a.name)
@@ -304,8 +327,17 @@ def main():
             how = ("int8: quantize_dynamic, QInt8 weights, "
                    + ("one scale per output channel" if a.per_channel else "one scale per tensor")
                    + (", reduce_range" if a.reduce_range else ""))
+        elif a.mode == "int8-static":
+            tokenizer = folder.dir / folder.cfg.get("tokenizer", "tokenizer.json")
+            if not tokenizer.is_file():
+                die(f"{tokenizer} not found: int8-static tokenizes its calibration sentences with the model's tokenizer")
+            try:
+                how = "int8-static: " + int8static.quantize_int8_static(
+                    src, out, tokenizer, a.data, n=a.calibration_texts or int8static.CALIB_TEXTS,
+                    method=a.calibration or int8static.CALIB_METHOD, reduce_range=a.reduce_range)
+            except ValueError as e:
+                die(f"int8-static: {e}")
         else:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
             from build import convert_fp16
 
             convert_fp16(src, out)
