@@ -22,6 +22,8 @@ MODELS_KEY   := $(shell cat $(MODELS_SRC) 2>/dev/null | sha256sum | cut -c1-12)
 MODELS_DIR   := $(CACHE)/models/$(MODELS_KEY)
 CLIENTS_KEY  := $(shell sha256sum scripts/clients/requirements.txt 2>/dev/null | cut -c1-12)
 CLIENTS      := $(CACHE)/clients/$(CLIENTS_KEY)
+PEERS_KEY    := $(shell sha256sum scripts/peers/requirements.txt 2>/dev/null | cut -c1-12)
+PEERS        := $(CACHE)/peers/$(PEERS_KEY)
 
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN          := bin/server
@@ -36,7 +38,7 @@ BENCH_OUT    ?= bench-out
 SLO          ?= p95=100ms
 VEGETA       := $(CACHE)/tools/vegeta-v12.13.0
 
-.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck gpu-check clean help
+.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck bench-peers gpu-check clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -127,6 +129,9 @@ gpu-check: tokenizers models ## the folder to send to a GPU host, $(BENCH_OUT)/g
 
 bench-crosscheck: deps models build ## bench against vegeta at one rate on the same server (docs/bench.md)
 	$(RUN_ENV) scripts/bench-crosscheck.sh ./$(BIN) $(VEGETA) $(BENCH_OUT)/crosscheck
+
+bench-peers: deps models build ## ortserve against a hugot (Go + ORT) and a FastAPI peer, each pinned to one core: $(BENCH_OUT)/peers/ (~10 min)
+	$(RUN_ENV) GO=$(GO) scripts/bench-peers.sh ./$(BIN) $(PEERS) $(BENCH_OUT)/peers
 
 clean: ## remove build outputs (the cache stays; rm -rf $(CACHE) to drop it)
 	rm -rf bin bench.txt

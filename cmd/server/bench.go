@@ -7,19 +7,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
+	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
 )
@@ -50,6 +56,13 @@ type benchConfig struct {
 	HTML        string
 	Quiet       bool
 	Opts        bench.Options
+
+	// OfflineBatches are the batch sizes --offline measures, as given; batches holds them
+	// parsed, nil for serve's default (powers of two up to the largest batch).
+	OfflineBatches string
+	batches        []int
+	urlSet         bool   // --url was given
+	offlineSetup   string // the sessions and threads --offline measured, for the report
 }
 
 func benchFlags(c *benchConfig) *flag.FlagSet {
@@ -81,6 +94,7 @@ func benchFlags(c *benchConfig) *flag.FlagSet {
 	fs.Float64Var(&o.Price, "price-per-hour", 0, "price of one server per hour, for cost per million requests")
 	fs.BoolVar(&c.Offline, "offline", false, "also measure raw ONNX Runtime throughput of each version (no HTTP) and report serving efficiency; on by default with --self")
 	fs.DurationVar(&c.OfflinePer, "offline-step", time.Second, "time per batch size of the --offline measurement")
+	fs.StringVar(&c.OfflineBatches, "offline-batches", "", "batch sizes of the --offline measurement, as 1,2,4; default: powers of two up to serve's largest batch")
 	fs.StringVar(&c.JSON, "json", "", "write the report as JSON (the data; `server bench compare` reads it)")
 	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
 	fs.StringVar(&c.HTML, "html", "", "write the report as one HTML file with SVG plots")
@@ -95,6 +109,7 @@ time), model versions compared side by side with their steps interleaved, agains
 Examples:
   server bench --self --model sentiment --versions fp32,int8 --slo p95=100ms
   server bench --url http://127.0.0.1:8080 --model minilm --rate 50:400:50 --html bench.html
+  server bench --offline --model minilm --versions fp32,int8 --offline-batches 1   (no server: the raw limit only)
 
 `)
 		fs.PrintDefaults()
@@ -119,7 +134,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("unexpected arguments %v: server bench takes flags; compare is `server bench compare A.json B.json` (%w)", fs.Args(), errUsage)
 	}
 	offlineSet := false
-	fs.Visit(func(f *flag.Flag) { offlineSet = offlineSet || f.Name == "offline" })
+	fs.Visit(func(f *flag.Flag) {
+		offlineSet = offlineSet || f.Name == "offline"
+		c.urlSet = c.urlSet || f.Name == "url"
+	})
 	if c.Self && !offlineSet {
 		c.Offline = true
 	}
@@ -138,10 +156,18 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		if sc, err = loadServe(configArgs(c.Config), os.Getenv, os.Stderr); err != nil {
 			return err
 		}
+		if c.offlineOnly() {
+			if err := c.offlineTargets(sc.Models); err != nil {
+				return fmt.Errorf("%w (%w)", err, errUsage)
+			}
+		}
 		if env, err = ort.Open(sc.ORTLib); err != nil {
 			return err
 		}
 		defer env.Close()
+	}
+	if c.offlineOnly() {
+		return c.runOffline(ctx, env, sc, w, stdout)
 	}
 	target := ""
 	if c.Self {
@@ -245,15 +271,126 @@ func (c *benchConfig) parse() error {
 			return err
 		}
 	}
+	if c.OfflineBatches != "" {
+		if !c.Offline {
+			return errors.New("--offline-batches sizes the --offline measurement: add --offline (it is on with --self)")
+		}
+		for _, f := range splitList(c.OfflineBatches) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				return fmt.Errorf("--offline-batches: batch size %q: write sizes of at least 1 as 1,2,4", f)
+			}
+			c.batches = append(c.batches, n)
+		}
+		if len(c.batches) == 0 {
+			return errors.New("--offline-batches is empty: write batch sizes as 1,2,4")
+		}
+	}
+	if c.offlineOnly() {
+		// The raw limit alone: no server is contacted, so nothing names the model but --model.
+		switch {
+		case c.urlSet:
+			return errors.New("--offline with no load measures this process only, no server: leave out --url, or give --slo, --rate or --concurrency to measure the server too")
+		case c.Model == "":
+			return errors.New("--offline with no load measures a model of the model repository (ORTSERVE_MODELS): name it with --model")
+		}
+		return nil
+	}
 	if !c.Self {
 		if err := c.parseURLs(); err != nil {
 			return err
 		}
 	}
 	if len(o.Rates) == 0 && len(o.Concurrency) == 0 && o.SLO == nil {
-		return errors.New("no load given: pass --slo p95=100ms to search for the highest rate that meets it, or --rate / --concurrency to sweep")
+		return errors.New("no load given: pass --slo p95=100ms to search for the highest rate that meets it, or --rate / --concurrency to sweep (or --offline alone for the raw ONNX Runtime limit)")
 	}
 	return nil
+}
+
+// offlineOnly reports whether this bench measures only the raw ONNX Runtime limit: --offline
+// with no load and no --self, so no server is started or contacted.
+func (c *benchConfig) offlineOnly() bool {
+	o := c.Opts
+	return c.Offline && !c.Self && len(o.Rates) == 0 && len(o.Concurrency) == 0 && o.SLO == nil
+}
+
+// offlineTargets are the versions an offline-only bench measures: --versions, or every
+// version of the model's config, the default first. They are read from the model repository
+// at root, since there is no server to ask.
+func (c *benchConfig) offlineTargets(root string) error {
+	cfg, err := models.ReadConfig(filepath.Join(root, c.Model))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("--model %q: no %s in the model repository %s: it has %v", c.Model, filepath.Join(c.Model, models.ConfigFile), root, repositoryModels(root))
+	} else if err != nil {
+		return fmt.Errorf("--model %q: %w", c.Model, err)
+	}
+	versions := splitList(c.Versions)
+	known := slices.Sorted(maps.Keys(cfg.Versions))
+	if len(versions) == 0 {
+		versions = append([]string{cfg.DefaultVersion}, slices.DeleteFunc(slices.Clone(known), func(v string) bool { return v == cfg.DefaultVersion })...)
+	}
+	for _, v := range versions {
+		if _, ok := cfg.Versions[v]; !ok {
+			return fmt.Errorf("--versions: %s has no version %q: it has %v", c.Model, v, known)
+		}
+		c.Opts.Targets = append(c.Opts.Targets, bench.Target{Model: c.Model, Version: v})
+	}
+	return nil
+}
+
+// repositoryModels names the model folders (those with a model.yaml) under root.
+func repositoryModels(root string) []string {
+	entries, _ := os.ReadDir(root)
+	var names []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(root, e.Name(), models.ConfigFile)); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// runOffline measures the raw limit of each target version and reports it: a table on
+// stdout, and the report files asked for, whose versions carry offline points and no steps.
+func (c *benchConfig) runOffline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload, stdout io.Writer) error {
+	start := time.Now()
+	if err := c.offline(ctx, env, sc, w); err != nil {
+		return err
+	}
+	r := &bench.Report{
+		Schema: bench.Schema, Tool: "ortserve " + version, Started: start.UTC(),
+		Host:     bench.Host{CPUs: goruntime.NumCPU(), OS: goruntime.GOOS, Arch: goruntime.GOARCH},
+		Target:   "ONNX Runtime offline, in this process (no server)",
+		Workload: w.Summary(),
+		Notes:    []string{fmt.Sprintf("offline only: raw session throughput with %s, the texts tokenized beforehand, no HTTP and no batcher; no load was applied", c.offlineSetup)},
+	}
+	var vs []bench.VersionResult
+	for _, t := range c.Opts.Targets {
+		pts := c.Opts.Offline[t.Name()]
+		vs = append(vs, bench.VersionResult{Name: t.Name(), Model: t.Model, Version: t.Version, Offline: pts})
+		var each []string
+		for _, p := range pts {
+			each = append(each, fmt.Sprintf("batch %d: %.1f texts/s, p50 %.2f ms", p.Batch, p.ItemsPerS, p.P50))
+		}
+		r.Notes = append(r.Notes, t.Name()+": "+strings.Join(each, "; "))
+	}
+	r.Runs = []bench.Run{{Versions: vs}}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Raw ONNX Runtime limit (offline: no server, no HTTP, no batcher)\n\n")
+	fmt.Fprintf(tw, "CPUs\t%d (this process's)\n", r.Host.CPUs)
+	fmt.Fprintf(tw, "Sessions\t%s\n", c.offlineSetup)
+	fmt.Fprintf(tw, "Workload\t%s: %d texts\n", r.Workload.Source, r.Workload.Texts)
+	fmt.Fprintf(tw, "\n  version\tbatch\ttexts/s\tp50 ms (one batch)\n")
+	for _, v := range vs {
+		for _, p := range v.Offline {
+			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.2f\n", v.Name, p.Batch, p.ItemsPerS, p.P50)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return c.writeFiles(r, stdout)
 }
 
 // parseURLs reads --url: one URL, or label=URL entries separated by commas.
@@ -420,13 +557,18 @@ func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig,
 		return err
 	}
 	b := newBackend(env, sc, provider, nil)
+	c.offlineSetup = fmt.Sprintf("%d session(s) per version × %d intra-op thread(s) on %s, as serve gives them", b.sessions, b.threads, b.Device())
 	c.Opts.Offline = map[string][]bench.OfflinePoint{}
 	texts := w.Texts // offline counts texts, so inputs per request do not matter there
+	batches := c.batches
+	if batches == nil {
+		batches = offlineBatches(sc.Batch.MaxBatchSize)
+	}
 	for _, t := range c.Opts.Targets {
 		if !c.Quiet {
-			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), offlineBatches(sc.Batch.MaxBatchSize), c.OfflinePer)
+			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), batches, c.OfflinePer)
 		}
-		pts, err := offlineLimit(ctx, b, filepath.Join(sc.Models, t.Model), t.Version, texts, offlineBatches(sc.Batch.MaxBatchSize), c.OfflinePer)
+		pts, err := offlineLimit(ctx, b, filepath.Join(sc.Models, t.Model), t.Version, texts, batches, c.OfflinePer)
 		if err != nil {
 			return fmt.Errorf("--offline %s: %w", t.Name(), err)
 		}
@@ -488,6 +630,11 @@ func (c *benchConfig) write(r *bench.Report, stdout io.Writer) error {
 	if err := bench.WriteText(stdout, r); err != nil {
 		return err
 	}
+	return c.writeFiles(r, stdout)
+}
+
+// writeFiles writes the report files asked for, saying so on stdout.
+func (c *benchConfig) writeFiles(r *bench.Report, stdout io.Writer) error {
 	for _, f := range []struct {
 		path  string
 		write func(io.Writer, *bench.Report) error

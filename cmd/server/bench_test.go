@@ -162,6 +162,72 @@ func TestBenchSelf(t *testing.T) {
 	}
 }
 
+// TestBenchOfflineOnly runs `server bench --offline` with no load in a child process: the
+// raw ONNX Runtime limit of two versions at the batch sizes asked for, with no server started
+// or contacted, reported as a table and as report files whose versions have no steps.
+func TestBenchOfflineOnly(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, mdPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.md"), filepath.Join(dir, "r.html")
+	code, stdout, stderr := benchChild(t, []string{"ORTSERVE_MODELS=" + minilmOnly(t)},
+		"--offline", "--model", "minilm", "--versions", "fp32,int8", "--offline-batches", "1,2", "--offline-step", "200ms",
+		"--json", jsonPath, "--md", mdPath, "--html", htmlPath, "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	var rows []string // "version batch" of each table row
+	for _, line := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && strings.HasPrefix(f[0], "minilm/") {
+			rows = append(rows, f[0]+" "+f[1])
+		}
+	}
+	if want := []string{"minilm/fp32 1", "minilm/fp32 2", "minilm/int8 1", "minilm/int8 2"}; !slices.Equal(rows, want) {
+		t.Errorf("table rows %q; want %q:\n%s", rows, want, stdout)
+	}
+	for _, want := range []string{"Raw ONNX Runtime limit", "wrote " + jsonPath, "wrote " + mdPath, "wrote " + htmlPath} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	r, err := bench.ReadReport(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Schema != bench.Schema || !strings.Contains(r.Target, "offline") || r.Load != (bench.LoadSpec{}) || r.SLO != nil || len(r.Runs) != 1 {
+		t.Fatalf("schema %q, target %q, load %+v, SLO %v, %d runs; want an offline target, no load, no SLO, 1 run", r.Schema, r.Target, r.Load, r.SLO, len(r.Runs))
+	}
+	var names []string
+	for _, v := range r.Runs[0].Versions {
+		names = append(names, v.Name)
+		if len(v.Steps) != 0 || v.Best != 0 {
+			t.Errorf("%s: %d steps, best %g; want no load applied", v.Name, len(v.Steps), v.Best)
+		}
+		var batches []int
+		for _, p := range v.Offline {
+			batches = append(batches, p.Batch)
+			if p.ItemsPerS <= 0 || p.P50 <= 0 {
+				t.Errorf("%s: offline point %+v; want items/s and p50 > 0", v.Name, p)
+			}
+		}
+		if !slices.Equal(batches, []int{1, 2}) {
+			t.Errorf("%s: offline batch sizes %v; want [1 2] from --offline-batches", v.Name, batches)
+		}
+	}
+	if !slices.Equal(names, []string{"minilm/fp32", "minilm/int8"}) {
+		t.Errorf("versions %v; want [minilm/fp32 minilm/int8] in --versions order", names)
+	}
+	md, err := os.ReadFile(mdPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(md, []byte("minilm/int8: batch 1:")) {
+		t.Errorf("Markdown report lacks the per-batch line of minilm/int8:\n%s", md)
+	}
+	if html, err := os.ReadFile(htmlPath); err != nil || !bytes.Contains(html, []byte("Offline throughput")) {
+		t.Errorf("HTML report lacks the offline chart (err %v)", err)
+	}
+}
+
 // TestBenchURL measures a running server over HTTP, in this process, at one open-loop rate
 // on each route an embedder answers; the failure row sends requests the model cannot serve,
 // and bench must count them as errors rather than report a fast server.
@@ -335,6 +401,13 @@ func TestBenchUsage(t *testing.T) {
 		{"missing data", []string{"--url", "URL", "--rate", "10", "--data", "missing.csv"}, []string{"missing.csv"}},
 		{"data of unknown format", []string{"--url", "URL", "--rate", "10", "--data", "bench_test.go"}, []string{"bench_test.go", "unknown format"}},
 		{"stray argument", []string{"--url", "URL", "--rate", "10", "compare"}, []string{"unexpected arguments", "server bench compare"}},
+		// --offline with no load measures no server, so these fail before ONNX Runtime opens.
+		{"offline only without a model", []string{"--offline"}, []string{"--offline", "--model"}},
+		{"offline only with a url", []string{"--offline", "--url", "URL", "--model", "minilm"}, []string{"--url", "no server"}},
+		{"offline only, unknown model", []string{"--offline", "--model", "nope"}, []string{"--model", `"nope"`, "minilm", "sentiment"}},
+		{"offline only, unknown version", []string{"--offline", "--model", "minilm", "--versions", "fp32,fp64"}, []string{"--versions", `"fp64"`, "fp32", "int8"}},
+		{"bad offline batch", []string{"--offline", "--model", "minilm", "--offline-batches", "1,0"}, []string{"--offline-batches", `"0"`}},
+		{"offline batches without offline", []string{"--url", "URL", "--rate", "10", "--offline-batches", "1"}, []string{"--offline-batches", "add --offline"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
