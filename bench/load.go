@@ -25,6 +25,11 @@ type StepSpec struct {
 	MaxInFlight int           // the generator's cap on requests outstanding; 0: none
 	Inputs      int           // texts per request
 	Seed        uint64        // Poisson gaps and the workload's starting offset
+	// Precise sends each open-loop arrival within microseconds of its time: a timer takes
+	// the pacer to the last millisecond, a nanosleep on a thread of its own the rest
+	// (preciseClock). Off, the timer alone may send up to a millisecond late. It needs the
+	// real clock: tests on testing/synctest's fake clock leave it off.
+	Precise bool
 }
 
 // Validate reports the first setting that cannot work.
@@ -127,12 +132,22 @@ type recorder struct {
 	samples []sample
 }
 
+// preciseLast is the stretch before an arrival that a precise pacer sleeps instead of
+// waiting on a timer: more than the timer's worst lateness.
+const preciseLast = 1500 * time.Microsecond
+
 // open sends requests on the arrival schedule until end; true if ctx cut it short.
 func (r *recorder) open(ctx context.Context, s StepSpec, rng *rand.Rand, end time.Duration) bool {
 	gap := float64(time.Second) / s.Rate
 	var at time.Duration
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var sleep func(time.Duration)
+	if s.Precise {
+		var undo func()
+		sleep, undo = preciseClock()
+		defer undo()
+	}
 	for i := 0; ; i++ {
 		if s.Poisson {
 			at += time.Duration(rng.ExpFloat64() * gap)
@@ -142,7 +157,11 @@ func (r *recorder) open(ctx context.Context, s StepSpec, rng *rand.Rand, end tim
 		if at >= end {
 			return false
 		}
-		if wait := time.Until(r.start.Add(at)); wait > 0 {
+		due := r.start.Add(at)
+		if wait := time.Until(due); sleep == nil && wait > 0 || wait > preciseLast {
+			if sleep != nil {
+				wait -= preciseLast
+			}
 			timer.Reset(wait)
 			select {
 			case <-ctx.Done():
@@ -151,6 +170,9 @@ func (r *recorder) open(ctx context.Context, s StepSpec, rng *rand.Rand, end tim
 			}
 		} else if ctx.Err() != nil {
 			return true
+		}
+		if wait := time.Until(due); sleep != nil && wait > 0 {
+			sleep(wait)
 		}
 		r.wg.Add(1)
 		go func(at time.Duration) {

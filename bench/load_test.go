@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -334,5 +335,49 @@ func TestRealHTTP(t *testing.T) {
 	}
 	if b := bodies.Load().(string); !strings.Contains(b, `"inputs":[`) || !strings.Contains(b, `"model":"m"`) || !strings.Contains(b, `"version":"v"`) {
 		t.Errorf("body %s", b)
+	}
+}
+
+// A precise pacer sends every arrival of an open-loop step, on the real clock. How close
+// to their times they go is measured by BenchmarkPacing, not asserted here.
+func TestPrecisePacing(t *testing.T) {
+	srv := pacingServer(t)
+	st, err := RunStep(t.Context(), srv.Client(), Target{URL: srv.URL, Route: "/embed"}, words,
+		StepSpec{Rate: 200, Duration: 250 * time.Millisecond, Inputs: 1, Timeout: 5 * time.Second, Precise: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("generator lag %.3f ms on average", st.Phases.Client)
+	if st.OK != 50 || st.Errors != 0 || st.Phases.Client < 0 {
+		t.Errorf("%d answered, %d errors; want all 50 of 200/s × 250 ms", st.OK, st.Errors)
+	}
+}
+
+func pacingServer(t testing.TB) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("[[0.5]]"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// BenchmarkPacing is the generator's lag (from an arrival's intended time to its request
+// having a connection) with a timer alone and with the precise pacer, at 200 arrivals/s.
+func BenchmarkPacing(b *testing.B) {
+	srv := pacingServer(b)
+	for _, precise := range []bool{false, true} {
+		b.Run(fmt.Sprintf("precise=%v", precise), func(b *testing.B) {
+			var lag float64
+			for b.Loop() {
+				st, err := RunStep(b.Context(), srv.Client(), Target{URL: srv.URL, Route: "/embed"}, words,
+					StepSpec{Rate: 200, Duration: 250 * time.Millisecond, Inputs: 1, Timeout: 5 * time.Second, Precise: precise})
+				if err != nil {
+					b.Fatal(err)
+				}
+				lag += st.Phases.Client
+			}
+			b.ReportMetric(lag/float64(b.N)*1e3, "lag-µs")
+		})
 	}
 }

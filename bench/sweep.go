@@ -38,6 +38,9 @@ type Options struct {
 	Offline map[string][]OfflinePoint
 	// Progress, if set, hears about each step as it starts.
 	Progress func(Progress)
+	// PrecisePacing sends open-loop arrivals within microseconds of their time
+	// (StepSpec.Precise); it needs the real clock.
+	PrecisePacing bool
 }
 
 // Search bounds the search for the highest rate meeting the SLO: from Start, double while
@@ -201,7 +204,7 @@ func (o Options) run(ctx context.Context, c Doer, w *Workload, run int, start ti
 }
 
 func (o Options) spec() StepSpec {
-	return StepSpec{Poisson: o.Poisson, Warmup: o.Warmup, Duration: o.Step, Timeout: o.Timeout, MaxInFlight: o.MaxInFlight, Inputs: o.Inputs}
+	return StepSpec{Poisson: o.Poisson, Warmup: o.Warmup, Duration: o.Step, Timeout: o.Timeout, MaxInFlight: o.MaxInFlight, Inputs: o.Inputs, Precise: o.PrecisePacing}
 }
 
 func (o Options) prober() prober {

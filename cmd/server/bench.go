@@ -125,6 +125,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return runReport(args[1:], stdout)
 	}
 	c := benchConfig{Opts: bench.DefaultOptions()}
+	c.Opts.PrecisePacing = true
 	fs := benchFlags(&c)
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {

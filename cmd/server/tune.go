@@ -242,6 +242,7 @@ func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second, DisableCompression: true}}
 	defer client.CloseIdleConnections()
 	opts := bench.DefaultOptions()
+	opts.PrecisePacing = true
 	opts.SLO, opts.Price, opts.Seed, opts.Inputs = j.slo, f.Price, f.Seed, f.Inputs
 	opts.Warmup, opts.Step, opts.Poisson = f.Warmup, f.Step, f.Arrival == "poisson"
 	// A request 10× over the latency target has failed the step anyway; not waiting longer
