@@ -24,9 +24,13 @@
 #   bench-sN   serve --sessions N (N = 1, 2, 4; sessions are CUDA streams), a warm-up pass,
 #              then server bench on loopback: fp32, fp16, int8 side by side, the highest rate
 #              meeting the SLO (searched from 500 rps on CUDA, 16 on CPU)
+#   cost-sN    after each bench: the cost curve each version's batcher learned (/info), its
+#              predicted ms by batch rows at 16–128 tokens and the per-text cost of the largest
+#              batch against one text's (far below 1 where batching pays, as on a GPU)
 # Writes OUT_DIR/gpu-check.log (everything, the servers' logs included), summary.txt,
-# inspect.json, compare.json and bench-sessions{1,2,4}.json. Exits 0 when it ran to the end,
-# whatever the phases said, 1 when setup failed, 2 on a usage error.
+# inspect.json, compare.json, bench-sessions{1,2,4}.json and info-sessions{1,2,4}.json (/info
+# after each bench). Exits 0 when it ran to the end, whatever the phases said, 1 when setup
+# failed, 2 on a usage error.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT_DIR=${1:-${OUT:-$PWD/gpu-check-out}}
@@ -321,6 +325,13 @@ main() {
     if [ -n "${SMI_PID:-}" ]; then
       kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; SMI_PID=
       util=$(awk -F', *' '{u+=$1; if ($1>m) m=$1; if ($2>mm) mm=$2; k++} END {if (k) printf "; GPU util mean %.0f%% max %d%%, memory max %d MiB", u/k, m, mm}' "$W/smi$n.csv")
+    fi
+    # The cost curve the batcher learned, calibration and the bench's batches both.
+    if "$PY" "$HERE/gpucheck.py" curve "$gpu_url" --json "$OUT_DIR/info-sessions$n.json" > "$W/curve$n" 2>&1; then
+      sed "s/^/cost-s$n: /" "$W/curve$n" | while IFS= read -r l; do say "$l"; done
+      result "cost-s$n" INFO "learned cost, 16 tokens: $(grep 'tokens 16:' "$W/curve$n" | sed 's/^minilm\/\([a-z0-9-]*\) .*per text at \([0-9]*\) rows \([0-9.]*\) x.*/\1 \3 at \2 rows/' | paste -sd, -) (per text vs one text; /info in info-sessions$n.json)"
+    else
+      result "cost-s$n" FAIL "no cost curve in /info: $(tail -1 "$W/curve$n")"
     fi
     stop_serve "$gpu_pid" "sessions$n"
     gpu_pid=''

@@ -410,7 +410,7 @@ func setRetryAfter(w http.ResponseWriter, d time.Duration) {
 }
 
 func overloadMessage(e *runtime.OverloadError) string {
-	wait := e.RetryAfter.Round(time.Millisecond)
+	wait := max(e.RetryAfter, time.Millisecond).Round(time.Millisecond)
 	switch e.Reason {
 	case "slo":
 		return fmt.Sprintf("the model version is at its latency objective: this request was predicted to take %v against a budget of %v; retry in %v", e.Predicted.Round(time.Millisecond), e.Budget.Round(time.Millisecond), wait)

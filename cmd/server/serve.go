@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -251,7 +252,7 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	}
 	var obs runtime.Observer = b.metrics.Observer(spec.Model, spec.Version)
 	if b.log != nil {
-		obs = logControl{obs, b.log.With("model", spec.Model, "version", spec.Version)}
+		obs = &logControl{Observer: obs, log: b.log.With("model", spec.Model, "version", spec.Version)}
 	}
 	bt := runtime.NewBatcher(cfg, pool, obs)
 	if b.log != nil {
@@ -286,19 +287,35 @@ func calibrationBatches(most int) []tokenize.Batch {
 	return out
 }
 
-// logControl logs the SLO controller's decisions that change a budget.
+// logControl logs the SLO controller's decisions that change a budget, at most one line a
+// second: under a load that swings, the controller may decide four times a second.
 type logControl struct {
 	runtime.Observer
 	log *slog.Logger
+
+	mu      sync.Mutex
+	last    time.Time
+	skipped int // changes not logged since the last line
 }
 
-func (l logControl) Control(s runtime.SchedulerState, changed bool) {
+func (l *logControl) Control(s runtime.SchedulerState, changed bool) {
 	l.Observer.Control(s, changed)
-	if changed && s.SLO != nil {
-		c := s.SLO
-		l.log.Info("slo controller", "decision", c.Decision, "observed_p95_ms", c.ObservedP95Ms, "target_p95_ms", c.TargetP95Ms,
-			"admission_budget_ms", c.BudgetMs, "batch_budget_ms", c.BatchBudgetMs, "samples", c.Samples, "refused", c.Refused)
+	if !changed || s.SLO == nil {
+		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.skipped++
+		return
+	}
+	l.last = now
+	c := s.SLO
+	l.log.Info("slo controller", "decision", c.Decision, "observed_p95_ms", c.ObservedP95Ms, "target_p95_ms", c.TargetP95Ms,
+		"admission_budget_ms", c.BudgetMs, "batch_budget_ms", c.BatchBudgetMs, "samples", c.Samples,
+		"admitted", c.Admitted, "refused", c.Refused, "changes_not_logged", l.skipped)
+	l.skipped = 0
 }
 
 // logCost logs a version's calibrated cost at batch 1 and at its largest batch, for the

@@ -258,6 +258,29 @@ def benchsum(a):
             print(line)
 
 
+def curve(a):
+    """The cost curve each version of the model learned (/info's scheduling), one line per
+    version and padded length: predicted ms of a batch by rows, and the per-text cost of the
+    largest batch against one text's; the whole /info to --json. On a GPU, where batching
+    pays, per-text cost falls far below 1; on a CPU it stays near or above it."""
+    i = get_json(a.url.rstrip("/") + "/info")
+    if a.json:
+        Path(a.json).write_text(json.dumps(i, indent=1))
+    for m in i.get("models", []):
+        if a.model and m["name"] != a.model:
+            continue
+        for version, st in sorted((m.get("scheduling") or {}).items()):
+            cost = st.get("cost", {})
+            by_tokens = {}
+            for p in cost.get("curve") or []:
+                by_tokens.setdefault(p["tokens"], []).append(p)
+            for tokens, pts in sorted(by_tokens.items()):
+                rows = " ".join(f"{p['rows']}:{p['ms']:.2f}" for p in pts)
+                print(f"{m['name']}/{version} tokens {tokens}: ms by rows {rows}; "
+                      f"per text at {pts[-1]['rows']} rows {pts[-1]['per_text_vs1']:.3f} x one text's "
+                      f"({cost.get('observations', 0)} runs learned, discount {cost.get('discount', 0):.2f})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -282,9 +305,13 @@ def main():
     p.add_argument("file")
     p = sub.add_parser("benchsum")
     p.add_argument("files", nargs="+")
+    p = sub.add_parser("curve")
+    p.add_argument("url")
+    p.add_argument("--model", default="minilm")
+    p.add_argument("--json")
     a = ap.parse_args()
     {"strip": strip, "fill": fill, "info": info, "compare": compare, "placement": placement,
-     "benchsum": benchsum}[a.cmd](a)
+     "benchsum": benchsum, "curve": curve}[a.cmd](a)
 
 
 if __name__ == "__main__":
