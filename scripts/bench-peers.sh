@@ -21,6 +21,7 @@
 #   PEERS_SERVERS="ortserve hugot fastapi"  PEERS_CORES="1 0" (server core, generator core)
 #   PEERS_SLO=p95=50ms  PEERS_ARRIVALS="constant poisson"  PEERS_LOW_RATE=40
 #   PEERS_STEP=4s  PEERS_WARMUP=1s  PEERS_SEARCH_STEPS=8  PEERS_SEARCH_START=auto (raw limit / 4)
+#   PEERS_SEARCH_RESOLUTION=0.05 (bisect until the bracket is within 5%)
 #   PEERS_OFFLINE_STEP=3s  PEERS_MIN_COSINE=0.999  PEERS_CALL_TIMEOUT=600 (s, each bench run)
 # With the defaults a run takes about 10 minutes. Exit 2 if taskset (util-linux) is missing.
 set -euo pipefail
@@ -47,6 +48,7 @@ LOW_RATE=${PEERS_LOW_RATE:-40}
 STEP=${PEERS_STEP:-4s}
 WARMUP=${PEERS_WARMUP:-1s}
 SEARCH_STEPS=${PEERS_SEARCH_STEPS:-8}
+SEARCH_RESOLUTION=${PEERS_SEARCH_RESOLUTION:-0.05}
 SEARCH_START=${PEERS_SEARCH_START:-auto}
 OFFLINE_STEP=${PEERS_OFFLINE_STEP:-3s}
 MIN_COSINE=${PEERS_MIN_COSINE:-0.999}
@@ -169,7 +171,8 @@ print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$
     for arrival in $ARRIVALS; do
       log "$ver: $name, search for the highest rate at $SLO, $arrival arrivals, from $start rps"
       bench_run "$ver-$name-$arrival" --url "$url" --model "$MODEL" --versions "$ver" --route /embed \
-        --slo "$SLO" --arrival "$arrival" --search-steps "$SEARCH_STEPS" --search-start "$start"
+        --slo "$SLO" --arrival "$arrival" --search-steps "$SEARCH_STEPS" --search-start "$start" \
+        --search-resolution "$SEARCH_RESOLUTION"
     done
     log "$ver: $name at $LOW_RATE rps, constant arrivals"
     bench_run "$ver-$name-low" --url "$url" --model "$MODEL" --versions "$ver" --route /embed \
@@ -179,6 +182,6 @@ print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$
 done
 
 "$PY" "$HELP" table "$RAW" "$OUT" model="$MODEL" versions="$VERSIONS" servers="$SERVERS" arrivals="$ARRIVALS" \
-  slo="$SLO" low_rate="$LOW_RATE" step="$STEP" warmup="$WARMUP" search_steps="$SEARCH_STEPS" \
+  slo="$SLO" low_rate="$LOW_RATE" step="$STEP" warmup="$WARMUP" search_steps="$SEARCH_STEPS" search_resolution="$SEARCH_RESOLUTION" \
   server_core="$SCORE" generator_core="$GCORE" min_cosine="$MIN_COSINE"
 log "wrote $OUT/peers.md and $OUT/peers.json"

@@ -256,3 +256,32 @@ func BenchmarkSession(b *testing.B) {
 		s.Close()
 	}
 }
+
+// BenchmarkRunAfterIdle is one batch-1 run (16 tokens) back to back with the last, and after
+// the CPU sat idle for the gap between requests at 40 rps (25 ms; the gap is not timed). A
+// server at low load sees the second: `bench --offline`'s raw p50 is the first. Run it pinned
+// to one core (taskset -c 1) for the figure docs/performance.md gives.
+func BenchmarkRunAfterIdle(b *testing.B) {
+	for _, v := range []string{"fp32", "int8"} {
+		s, err := env.NewSession(modelFile("minilm", v), cpu("last_hidden_state"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		bt := batch(1, 16)
+		for _, gap := range []time.Duration{0, 25 * time.Millisecond} {
+			b.Run(fmt.Sprintf("%s/gap=%v", v, gap), func(b *testing.B) {
+				for b.Loop() {
+					if gap > 0 {
+						b.StopTimer()
+						time.Sleep(gap)
+						b.StartTimer()
+					}
+					if _, err := s.Run(context.Background(), bt); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		s.Close()
+	}
+}

@@ -177,7 +177,7 @@ def table(raw, out, kv):
              f"- **Protocol:** each server alone, pinned with `taskset -c {meta['server_core']}`; the load generator "
              f"(`server bench`, built-in texts, one text a request) pinned to core {meta['generator_core']}; "
              f"search for the highest rate with p95 ≤ {p95} (`--slo {slo}`), {meta['step']} steps after {meta['warmup']} "
-             f"of warm-up, at most {meta['search_steps']} steps a search; then {low} rps, constant arrivals.",
+             f"of warm-up, at most {meta['search_steps']} steps a search, bisecting to within {float(meta.get('search_resolution', 0.1)):.0%}; then {low} rps, constant arrivals.",
              f"- **Raw limit:** `server bench --offline --offline-batches 1` on core {meta['server_core']}: one session, "
              "one intra-op thread, pre-tokenized texts, no HTTP.",
              "- **Same answers:** every peer's /embed vectors were checked against ortserve's for the same version "
