@@ -164,7 +164,7 @@ func offerLoad(t *testing.T, url string, senders int, d time.Duration) burst {
 		wg.Go(func() {
 			for i := c; time.Now().Before(end); i++ {
 				start := time.Now()
-				resp, err := client.Post(url+"/embed", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+				code, h, err := postEmbed(client, url, bodies[i%len(bodies)])
 				if err != nil {
 					mu.Lock()
 					if res.errs++; res.firstErr == nil {
@@ -173,19 +173,16 @@ func offerLoad(t *testing.T, url string, senders int, d time.Duration) burst {
 					mu.Unlock()
 					continue
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
 				lat := time.Since(start)
-				ms, _ := strconv.ParseFloat(resp.Header.Get("x-inference-time"), 64)
 				mu.Lock()
-				res.codes[resp.StatusCode]++
-				switch resp.StatusCode {
+				res.codes[code]++
+				switch code {
 				case http.StatusOK:
 					res.admitted = append(res.admitted, lat)
-					inf = append(inf, time.Duration(ms*float64(time.Millisecond)))
+					inf = append(inf, headerMs(h, "x-inference-time"))
 				case http.StatusTooManyRequests:
 					rej = append(rej, lat)
-					if resp.Header.Get("Retry-After") == "" {
+					if h.Get("Retry-After") == "" {
 						res.noRetryAfter++
 					}
 				}
@@ -196,6 +193,24 @@ func offerLoad(t *testing.T, url string, senders int, d time.Duration) burst {
 	wg.Wait()
 	res.batchP99, res.rejectP99 = quantile(inf, 0.99), quantile(rej, 0.99)
 	return res
+}
+
+// postEmbed posts body to url's /embed and reads the answer to its end: its status and
+// headers.
+func postEmbed(client *http.Client, url string, body []byte) (int, http.Header, error) {
+	resp, err := client.Post(url+"/embed", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header, nil
+}
+
+// headerMs is a timing header's milliseconds as a duration; 0 when absent.
+func headerMs(h http.Header, name string) time.Duration {
+	ms, _ := strconv.ParseFloat(h.Get(name), 64)
+	return time.Duration(ms * float64(time.Millisecond))
 }
 
 // child is a `server serve` running in a child process.
@@ -339,26 +354,21 @@ func TestOverloadSLO(t *testing.T) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			resp, err := client.Post(srv.url+"/embed", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
-			if err != nil {
-				mu.Lock()
-				errs++
-				mu.Unlock()
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			code, h, err := postEmbed(client, srv.url, bodies[i%len(bodies)])
 			lat := time.Since(at)
-			total, _ := strconv.ParseFloat(resp.Header.Get("x-total-time"), 64)
 			mu.Lock()
 			defer mu.Unlock()
-			codes[resp.StatusCode]++
-			switch resp.StatusCode {
+			if err != nil {
+				errs++
+				return
+			}
+			codes[code]++
+			switch code {
 			case http.StatusOK:
-				server = append(server, time.Duration(total*float64(time.Millisecond)))
+				server = append(server, headerMs(h, "x-total-time"))
 				clientLat = append(clientLat, lat)
 			case http.StatusTooManyRequests:
-				if resp.Header.Get("Retry-After") == "" || resp.Header.Get("Retry-After-Ms") == "" {
+				if h.Get("Retry-After") == "" || h.Get("Retry-After-Ms") == "" {
 					noRetryAfter++
 				}
 			}
