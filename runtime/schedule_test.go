@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -327,6 +329,99 @@ func TestBatcherWholeBatch(t *testing.T) {
 		b.Execute(t.Context(), encs)
 		if got := fmt.Sprint(obs.batches); got == "[8 4]" {
 			t.Errorf("batches %s without WithWholeBatch", got)
+		}
+	})
+}
+
+// decisions records the SLO controller's decisions.
+type decisions struct {
+	runtime.NopObserver
+	mu  sync.Mutex
+	log []string // decision@budget
+}
+
+func (d *decisions) Control(s runtime.SchedulerState, _ bool) {
+	d.mu.Lock()
+	d.log = append(d.log, fmt.Sprintf("%s@%.0f", s.SLO.Decision, s.SLO.BudgetMs))
+	d.mu.Unlock()
+}
+
+// The controller tightens when the p95 passes the target and loosens when it is well under
+// while requests are refused, and so holds the p95 of what it admits under the target. The
+// device slows fourfold after calibration (a neighbour takes the CPU): the predictions are
+// too optimistic until the measured discount catches up, the p95 passes the SLO, and the
+// budget must shrink; once the predictions are right again and the p95 is well under, the
+// refusals that go on must make it grow back. Later, on a fast device again, the p95 of the
+// admitted requests must stay under the SLO.
+func TestSLOControllerTightensAndLoosens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var slow atomic.Bool
+		cost := func(rows, _ int) time.Duration {
+			d := time.Duration(rows) * 5 * time.Millisecond
+			if slow.Load() {
+				d *= 4
+			}
+			return d
+		}
+		f := &fakeSession{cost: cost}
+		pool := runtime.NewPool([]runtime.Session{f})
+		var grid []tokenize.Batch
+		for rows := 1; rows <= 8; rows *= 2 {
+			grid = append(grid, tokenize.Pad(slices.Repeat([]tokenize.Encoding{enc(0, 16)}, rows)))
+		}
+		if err := pool.Calibrate(t.Context(), grid, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		const slo = 100 * time.Millisecond
+		c := runtime.DefaultBatchConfig()
+		c.SLO = slo
+		c.MaxBatchSize = 1
+		obs := &decisions{}
+		b := runtime.NewBatcher(c, pool, obs)
+		defer b.Close()
+		// offer sends rate requests a second for d and returns the latencies of those admitted
+		// in its last two seconds.
+		offer := func(rate float64, d time.Duration) []time.Duration {
+			var (
+				wg  sync.WaitGroup
+				mu  sync.Mutex
+				lat []time.Duration
+			)
+			late := time.Now().Add(d - 2*time.Second)
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				time.Sleep(time.Duration(float64(time.Second) / rate))
+				wg.Go(func() {
+					start := time.Now()
+					if _, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(1, 16)}); err == nil && start.After(late) {
+						mu.Lock()
+						lat = append(lat, time.Since(start))
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			slices.Sort(lat)
+			return lat
+		}
+		slow.Store(true)
+		offer(100, 6*time.Second) // 2× the slow device's capacity (50/s)
+		slow.Store(false)
+		lat := offer(300, 6*time.Second) // 1.5× the fast device's (200/s)
+		obs.mu.Lock()
+		got := obs.log
+		obs.mu.Unlock()
+		t.Logf("decisions (decision@admission budget ms): %s", strings.Join(got, " "))
+		first := func(prefix string) int {
+			return slices.IndexFunc(got, func(d string) bool { return strings.HasPrefix(d, prefix) })
+		}
+		if tighten, loosen := first("tighten"), first("loosen"); tighten < 0 || loosen < tighten {
+			t.Errorf("want a tighten (the slowdown) and then a loosen (refusing while well under the SLO)")
+		}
+		if p95 := lat[len(lat)*95/100]; len(lat) < 100 || p95 > slo {
+			t.Errorf("on the fast device: %d admitted in the last 2 s, p95 %v: want it under the SLO %v", len(lat), p95, slo)
+		}
+		if st := b.State().SLO; st.BudgetMs < 25 || st.BudgetMs > 200 || st.Refused == 0 {
+			t.Errorf("controller %+v: the budget must stay within [SLO/4, 2×SLO] and requests be refused at 1.5× capacity", st)
 		}
 	})
 }
