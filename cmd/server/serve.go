@@ -262,7 +262,7 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 }
 
 // calibrationBudget bounds the time each version spends measuring its cost curve at start-up.
-const calibrationBudget = 600 * time.Millisecond
+const calibrationBudget = 300 * time.Millisecond
 
 // calibrationBatches are the shapes a version's cost model is seeded with, cheapest first:
 // batches of 1, 2, 4, … up to most rows, at two lengths, so that the fit sees both what rows
