@@ -416,8 +416,8 @@ func (b *Batcher) admit(r *request) {
 		if b.ctl != nil {
 			b.ctl.refusedOne()
 		}
-		// Retry when the queue will have drained by the excess, but not sooner than the
-		// time the request would have waited.
+		// Retry when the queue is predicted to have drained by the excess, and not sooner
+		// than half the wait that was ahead of the request.
 		retry := max(predicted-budget, ahead/2)
 		r.mu.Lock()
 		r.err = &OverloadError{Err: err, Reason: reason, Predicted: predicted, Budget: budget, RetryAfter: retry}
