@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -13,40 +12,12 @@ import (
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// ErrQueueFull is returned at once when a version's queue is at its bound (in requests or
-// in tokens): the caller should answer 429 and the client retry later. It comes wrapped in
-// an *OverloadError that says when.
-var ErrQueueFull = errors.New("runtime: queue full")
-
-// ErrOverloaded is returned when a request is refused because the latency predicted for it
-// would pass the SLO or its own deadline. It comes wrapped in an *OverloadError.
-var ErrOverloaded = errors.New("runtime: overloaded")
-
-// OverloadError is a refusal with the prediction behind it.
-type OverloadError struct {
-	Err        error         // ErrQueueFull or ErrOverloaded
-	Reason     string        // "queue_full", "slo" or "deadline"
-	Predicted  time.Duration // latency predicted for the request, from its arrival
-	Budget     time.Duration // what it had to fit in (0 for queue_full)
-	RetryAfter time.Duration // when the queue is predicted to have room
-}
-
-func (e *OverloadError) Error() string {
-	switch e.Reason {
-	case "queue_full":
-		return fmt.Sprintf("%v (retry in %v)", e.Err, e.RetryAfter.Round(time.Millisecond))
-	}
-	return fmt.Sprintf("%v: predicted %v against a budget of %v (%s)", e.Err, e.Predicted.Round(time.Millisecond), e.Budget.Round(time.Millisecond), e.Reason)
-}
-
-func (e *OverloadError) Unwrap() error { return e.Err }
-
 // BatchConfig tunes a Batcher.
 //
 // The batcher is work-conserving: whenever a session is free and rows are queued, it
 // dispatches a batch at once, formed from what queued while the sessions were busy
 // (continuous batching). Which rows go together is decided by the pool's CostModel: the
-// batch with the most texts per second of predicted run time, within MaxBatchSize,
+// batch with the best predicted speed-up over running its rows alone, within MaxBatchSize,
 // MaxBatchTokens and, under an SLO, the controller's batch budget. On a CPU where batching
 // mixed lengths costs more per text, that settles near one row; where batching pays (a GPU,
 // or rows of one length) it grows.
@@ -115,6 +86,10 @@ type request struct {
 	arrived  time.Time // at the server (WithArrival), for the SLO
 	enqueued time.Time
 	whole    bool // WithWholeBatch
+	// single is each row's batch-of-one run time as predicted at admission: the queue's
+	// work is kept as their running sum, so that admitting a request costs no walk of the
+	// queue.
+	single []time.Duration
 
 	// Written by the loop and batch goroutines, read by Execute after done is closed.
 	mu         sync.Mutex
@@ -160,6 +135,9 @@ type row struct {
 
 func (w row) len() int { return w.req.encs[w.i].Len() }
 
+// single is the row's predicted run time in a batch of its own.
+func (w row) single() time.Duration { return w.req.single[w.i] }
+
 // finished is what a batch goroutine tells the loop when its session is free again.
 type finished struct {
 	id     uint64
@@ -201,7 +179,9 @@ type Batcher struct {
 	discountBits atomic.Uint64
 
 	// Owned by loop.
-	queue   []row // in arrival order
+	queue []row // in arrival order
+	// queued is Σ single() over the queue: its work in batch-of-one time.
+	queued  time.Duration
 	waiting map[*request]int
 	free    int
 	runs    []running
@@ -297,15 +277,6 @@ func (b *Batcher) Execute(ctx context.Context, encs []tokenize.Encoding) ([]Tens
 	return r.out, st, nil
 }
 
-// queueFull is the refusal of a request past the queue's bounds, with the time the queue
-// is predicted to take to drain by half.
-func (b *Batcher) queueFull() error {
-	b.obs.Refused("queue_full")
-	per := math.Float64frombits(b.perRow.Load())
-	wait := time.Duration(per * float64(b.queuedReqs.Load()) / 2 / float64(b.pool.Size()) * float64(time.Second))
-	return &OverloadError{Err: ErrQueueFull, Reason: "queue_full", RetryAfter: wait}
-}
-
 // release takes a request's share out of the queue bounds.
 func (b *Batcher) release(r *request) {
 	b.queuedReqs.Add(-1)
@@ -361,7 +332,7 @@ func (b *Batcher) drain() {
 	for {
 		select {
 		case r := <-b.in:
-			b.enqueue(r, 0)
+			b.enqueue(r)
 			continue
 		default:
 		}
@@ -387,6 +358,7 @@ func (b *Batcher) dropExpired() {
 		if w.req.ctx.Err() == nil {
 			return false
 		}
+		b.queued -= w.single()
 		if _, ok := b.waiting[w.req]; ok {
 			delete(b.waiting, w.req)
 			b.release(w.req)
@@ -396,81 +368,13 @@ func (b *Batcher) dropExpired() {
 	})
 }
 
-// admit decides whether r may wait: when the latency predicted for it, from its arrival,
-// fits the SLO controller's budget and its own deadline. A request is never refused when
-// nothing is ahead of it.
-func (b *Batcher) admit(r *request) {
-	now := time.Now()
-	ahead := b.predictAhead(now)
-	// The request's own rows run on up to as many sessions as it has rows.
-	own := time.Duration(0)
-	for _, e := range r.encs {
-		own += b.predictRow(e.Len())
-	}
-	own /= time.Duration(min(len(r.encs), b.pool.Size()))
-	predicted := now.Sub(r.arrived) + ahead + own
-	r.predicted = predicted
-	refuse := func(err error, reason string, budget time.Duration) {
-		b.release(r)
-		b.obs.Refused(reason)
-		if b.ctl != nil {
-			b.ctl.refusedOne()
-		}
-		// Retry when the queue is predicted to have drained by the excess, and not sooner
-		// than half the wait that was ahead of the request.
-		retry := max(predicted-budget, ahead/2)
-		r.mu.Lock()
-		r.err = &OverloadError{Err: err, Reason: reason, Predicted: predicted, Budget: budget, RetryAfter: retry}
-		r.left = 0
-		close(r.done)
-		r.mu.Unlock()
-	}
-	if ahead > 0 {
-		if dl, ok := r.ctx.Deadline(); ok && now.Add(ahead+own).After(dl) {
-			refuse(ErrOverloaded, "deadline", dl.Sub(r.arrived))
-			return
-		}
-		if b.ctl != nil {
-			if budget, _ := b.ctl.budgets(); predicted > budget {
-				refuse(ErrOverloaded, "slo", budget)
-				return
-			}
-		}
-	}
-	if b.ctl != nil {
-		b.ctl.admitted()
-	}
-	b.enqueue(r, predicted)
-}
-
-func (b *Batcher) enqueue(r *request, predicted time.Duration) {
-	r.predicted = predicted
+// enqueue puts an admitted request's rows in the queue.
+func (b *Batcher) enqueue(r *request) {
+	b.queued += b.price(r)
 	for i := range r.encs {
 		b.queue = append(b.queue, row{r, i})
 	}
 	b.waiting[r] = len(r.encs)
-}
-
-// predictRow is the session time one queued row of n tokens is predicted to take: its
-// batch-of-one cost, scaled by the measured discount.
-func (b *Batcher) predictRow(n int) time.Duration {
-	return time.Duration(float64(b.cost.Predict(1, n)) * b.discount)
-}
-
-// predictAhead is how long a request arriving now is predicted to wait for a session: the
-// rest of the running batches and the queued rows, spread over the sessions.
-func (b *Batcher) predictAhead(now time.Time) time.Duration {
-	var work time.Duration
-	for _, run := range b.runs {
-		work += max(0, run.end.Sub(now))
-	}
-	for _, w := range b.queue {
-		work += b.predictRow(w.len())
-	}
-	if b.free > 0 && len(b.queue) == 0 {
-		return 0 // a session is free: the request runs at once
-	}
-	return work / time.Duration(b.pool.Size())
 }
 
 // done takes in a finished batch: its session is free, and its run time teaches the
@@ -506,6 +410,7 @@ func (b *Batcher) full() bool {
 func (b *Batcher) next() {
 	batch := b.form()
 	for _, w := range batch {
+		b.queued -= w.single()
 		if b.waiting[w.req]--; b.waiting[w.req] == 0 {
 			delete(b.waiting, w.req)
 			b.release(w.req)
@@ -513,146 +418,6 @@ func (b *Batcher) next() {
 	}
 	b.free--
 	b.dispatch(batch)
-}
-
-// speedupSlack is how much less speed-up a smaller batch may give and still be preferred to
-// the best one: a smaller batch finishes sooner, for every row in it.
-const speedupSlack = 0.05
-
-// form takes the next batch out of the queue. The oldest row always goes (first come, first
-// served). The candidates are the rows closest to it in length, so that short rows are not
-// padded to long ones, grown one neighbour at a time up to MaxBatchSize rows, MaxBatchTokens
-// padded tokens, the controller's batch budget, and a fair share of the queue when several
-// sessions are free. Of those nested candidates it takes the one with the highest predicted
-// speed-up, or a smaller one within speedupSlack of it.
-//
-// A batch's speed-up is the time its rows would take run one by one, each at its own
-// length, over the time the batch takes: Σ cost(1, len) / cost(rows, longest). It is 1 for a
-// row alone; above 1 where a run's fixed cost amortizes over rows of similar length; below 1
-// where padding, or a device on which rows cost more together, makes the batch dearer than
-// its rows. Counting each row at its own length, rather than texts per second, keeps a long
-// row from looking cheap company for short ones that would have run cheaply alone.
-func (b *Batcher) form() []row {
-	q := b.queue
-	oldest := q[0]
-	if oldest.req.whole {
-		return b.formWhole()
-	}
-	// Candidates by length; ties keep arrival order, so among equals the oldest go first.
-	idx := make([]int, len(q))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, c int) int { return q[a].len() - q[c].len() })
-	at := slices.Index(idx, 0)
-	limit := min(b.cfg.MaxBatchSize, (len(q)+b.free-1)/b.free)
-	var runBudget time.Duration
-	if b.ctl != nil {
-		_, runBudget = b.ctl.budgets()
-	}
-	known := b.cost.Observations() > 0
-
-	type cand struct {
-		lo, hi int
-		gain   float64
-	}
-	lo, hi := at, at+1 // the window idx[lo:hi] holds the batch
-	longest := oldest.len()
-	single := b.cost.Predict(1, longest) // Σ cost(1, len) of the window's rows
-	cands := []cand{{lo, hi, 1}}
-	for hi-lo < limit {
-		// Grow towards the neighbour whose length is closer to the oldest row's.
-		var next int
-		switch {
-		case lo > 0 && hi < len(idx):
-			if oldest.len()-q[idx[lo-1]].len() <= q[idx[hi]].len()-oldest.len() {
-				next = lo - 1
-			} else {
-				next = hi
-			}
-		case lo > 0:
-			next = lo - 1
-		case hi < len(idx):
-			next = hi
-		default:
-			next = -1
-		}
-		if next < 0 {
-			break
-		}
-		l := max(longest, q[idx[next]].len())
-		rows := hi - lo + 1
-		if b.cfg.MaxBatchTokens > 0 && rows*l > b.cfg.MaxBatchTokens {
-			break
-		}
-		if runBudget > 0 && known && b.cost.Predict(rows, l) > runBudget {
-			break
-		}
-		longest = l
-		if next == hi {
-			hi++
-		} else {
-			lo--
-		}
-		single += b.cost.Predict(1, q[idx[next]].len())
-		cands = append(cands, cand{lo, hi, speedup(b.cost, single, rows, l, known)})
-	}
-	best := 0
-	for i, c := range cands {
-		if c.gain > cands[best].gain {
-			best = i
-		}
-	}
-	pick := cands[best]
-	for _, c := range cands[:best] {
-		if c.gain >= (1-speedupSlack)*cands[best].gain {
-			pick = c
-			break
-		}
-	}
-	take := idx[pick.lo:pick.hi]
-	slices.Sort(take) // back to arrival order
-	batch := make([]row, len(take))
-	for i, j := range take {
-		batch[i] = q[j]
-	}
-	b.queue = slices.DeleteFunc(q, func(w row) bool {
-		return slices.ContainsFunc(batch, func(x row) bool { return x == w })
-	})
-	return batch
-}
-
-// formWhole takes the oldest request's rows, in order, up to MaxBatchSize rows and
-// MaxBatchTokens padded tokens.
-func (b *Batcher) formWhole() []row {
-	req := b.queue[0].req
-	var batch []row
-	longest := 0
-	for _, w := range b.queue {
-		if w.req != req {
-			continue
-		}
-		l := max(longest, w.len())
-		if len(batch) == b.cfg.MaxBatchSize || (len(batch) > 0 && b.cfg.MaxBatchTokens > 0 && (len(batch)+1)*l > b.cfg.MaxBatchTokens) {
-			break
-		}
-		batch, longest = append(batch, w), l
-	}
-	b.queue = slices.DeleteFunc(b.queue, func(w row) bool {
-		return w.req == req && slices.Contains(batch, w)
-	})
-	return batch
-}
-
-// speedup is single, the rows' predicted time one by one, over the predicted time of the
-// batch of rows × cols. Before the model has any observation every batch is taken to cost
-// the same as one row, so the largest allowed is formed.
-func speedup(m *CostModel, single time.Duration, rows, cols int, known bool) float64 {
-	d := m.Predict(rows, cols)
-	if !known || d <= 0 || single <= 0 {
-		return float64(rows)
-	}
-	return float64(single) / float64(d)
 }
 
 // dispatch runs a batch on the pool and hands each row its result.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/tokenize"
@@ -66,6 +68,61 @@ func BenchmarkBatcher(b *testing.B) {
 			if n := obs.batches.Load(); n > 0 {
 				b.ReportMetric(float64(obs.rows.Load())/float64(n), "rows/batch")
 			}
+		})
+	}
+}
+
+// gateSession answers at once until closed is set to a channel, then waits for it.
+type gateSession struct{ hold atomic.Pointer[chan struct{}] }
+
+func (g *gateSession) Run(ctx context.Context, b tokenize.Batch) (runtime.Tensor, error) {
+	if h := g.hold.Load(); h != nil {
+		<-*h
+	}
+	time.Sleep(time.Microsecond) // a cost for calibration to see
+	return nopSession{}.Run(ctx, b)
+}
+
+func (g *gateSession) Close() error { return nil }
+
+// BenchmarkAdmitDeepQueue is the admission check of one request behind a deep queue: the
+// session is held, `queued` one-text requests wait, and each measured request, whose
+// deadline the queue would pass, is refused at admission. What it costs is the prediction
+// of the wait ahead.
+func BenchmarkAdmitDeepQueue(b *testing.B) {
+	for _, queued := range []int{16, 1024} {
+		b.Run(fmt.Sprintf("queued=%d", queued), func(b *testing.B) {
+			g := &gateSession{}
+			pool := runtime.NewPool([]runtime.Session{g})
+			if err := pool.Calibrate(b.Context(), []tokenize.Batch{tokenize.Pad([]tokenize.Encoding{enc(1, 12)}), tokenize.Pad([]tokenize.Encoding{enc(1, 12), enc(1, 12)})}, time.Second); err != nil {
+				b.Fatal(err)
+			}
+			c := runtime.DefaultBatchConfig()
+			c.MaxQueueRequests = 2 * queued
+			bt := runtime.NewBatcher(c, pool, nil)
+			hold := make(chan struct{})
+			g.hold.Store(&hold)
+			var wg sync.WaitGroup
+			for range queued + 1 { // one runs (held), the rest wait
+				wg.Go(func() { bt.Execute(context.Background(), []tokenize.Encoding{enc(7, 12)}) })
+			}
+			for bt.State().Cost.Observations == 2 && pool.InUse() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // let the loop take them all in
+			encs := []tokenize.Encoding{enc(7, 12)}
+			b.ResetTimer()
+			for b.Loop() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Microsecond)
+				if _, _, err := bt.Execute(ctx, encs); err == nil {
+					b.Fatal("admitted behind a held queue")
+				}
+				cancel()
+			}
+			b.StopTimer()
+			close(hold)
+			wg.Wait()
+			bt.Close()
 		})
 	}
 }

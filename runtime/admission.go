@@ -1,0 +1,124 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Admission: whether a request may wait, from the latency predicted for it (docs/batching.md).
+
+// ErrQueueFull is returned at once when a version's queue is at its bound (in requests or
+// in tokens): the caller should answer 429 and the client retry later. It comes wrapped in
+// an *OverloadError that says when.
+var ErrQueueFull = errors.New("runtime: queue full")
+
+// ErrOverloaded is returned when a request is refused because the latency predicted for it
+// would pass the SLO or its own deadline. It comes wrapped in an *OverloadError.
+var ErrOverloaded = errors.New("runtime: overloaded")
+
+// OverloadError is a refusal with the prediction behind it.
+type OverloadError struct {
+	Err        error         // ErrQueueFull or ErrOverloaded
+	Reason     string        // "queue_full", "slo" or "deadline"
+	Predicted  time.Duration // latency predicted for the request, from its arrival
+	Budget     time.Duration // what it had to fit in (0 for queue_full)
+	RetryAfter time.Duration // when the queue is predicted to have room
+}
+
+func (e *OverloadError) Error() string {
+	switch e.Reason {
+	case "queue_full":
+		return fmt.Sprintf("%v (retry in %v)", e.Err, e.RetryAfter.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%v: predicted %v against a budget of %v (%s)", e.Err, e.Predicted.Round(time.Millisecond), e.Budget.Round(time.Millisecond), e.Reason)
+}
+
+func (e *OverloadError) Unwrap() error { return e.Err }
+
+// queueFull is the refusal of a request past the queue's bounds, with the time the queue
+// is predicted to take to drain by half.
+func (b *Batcher) queueFull() error {
+	b.obs.Refused("queue_full")
+	per := math.Float64frombits(b.perRow.Load())
+	wait := time.Duration(per * float64(b.queuedReqs.Load()) / 2 / float64(b.pool.Size()) * float64(time.Second))
+	return &OverloadError{Err: ErrQueueFull, Reason: "queue_full", RetryAfter: wait}
+}
+
+// admit decides whether r may wait: when the latency predicted for it, from its arrival,
+// fits the SLO controller's budget and its own deadline. A request is never refused when
+// nothing is ahead of it.
+func (b *Batcher) admit(r *request) {
+	now := time.Now()
+	ahead := b.predictAhead(now)
+	// The request's own rows run on up to as many sessions as it has rows.
+	own := b.discounted(b.price(r)) / time.Duration(min(len(r.encs), b.pool.Size()))
+	predicted := now.Sub(r.arrived) + ahead + own
+	r.predicted = predicted
+	refuse := func(err error, reason string, budget time.Duration) {
+		b.release(r)
+		b.obs.Refused(reason)
+		if b.ctl != nil {
+			b.ctl.refusedOne()
+		}
+		// Retry when the queue is predicted to have drained by the excess, and not sooner
+		// than half the wait that was ahead of the request.
+		retry := max(predicted-budget, ahead/2)
+		r.mu.Lock()
+		r.err = &OverloadError{Err: err, Reason: reason, Predicted: predicted, Budget: budget, RetryAfter: retry}
+		r.left = 0
+		close(r.done)
+		r.mu.Unlock()
+	}
+	if ahead > 0 {
+		if dl, ok := r.ctx.Deadline(); ok && now.Add(ahead+own).After(dl) {
+			refuse(ErrOverloaded, "deadline", dl.Sub(r.arrived))
+			return
+		}
+		if b.ctl != nil {
+			if budget, _ := b.ctl.budgets(); predicted > budget {
+				refuse(ErrOverloaded, "slo", budget)
+				return
+			}
+		}
+	}
+	if b.ctl != nil {
+		b.ctl.admitted()
+	}
+	b.enqueue(r)
+}
+
+// price sets r's rows' batch-of-one costs, once, and returns their sum.
+func (b *Batcher) price(r *request) time.Duration {
+	var sum time.Duration
+	if r.single == nil {
+		r.single = make([]time.Duration, len(r.encs))
+		for i, e := range r.encs {
+			r.single[i] = b.cost.Predict(1, e.Len())
+		}
+	}
+	for _, d := range r.single {
+		sum += d
+	}
+	return sum
+}
+
+// discounted is batch-of-one time d as the session is predicted to spend it: scaled by the
+// measured discount.
+func (b *Batcher) discounted(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * b.discount)
+}
+
+// predictAhead is how long a request arriving now is predicted to wait for a session: the
+// rest of the running batches and the queued rows, spread over the sessions.
+func (b *Batcher) predictAhead(now time.Time) time.Duration {
+	if b.free > 0 && len(b.queue) == 0 {
+		return 0 // a session is free: the request runs at once
+	}
+	work := b.discounted(b.queued)
+	for _, run := range b.runs {
+		work += max(0, run.end.Sub(now))
+	}
+	return work / time.Duration(b.pool.Size())
+}
