@@ -70,64 +70,51 @@ func appendFloat32s(b []byte, v []float32) ([]byte, error) {
 	return append(b, ']'), nil
 }
 
-// appendEmbeddings appends /embed's body: one array per text.
-func appendEmbeddings(b []byte, vecs [][]float32) ([]byte, error) {
-	if vecs == nil {
+// appendList appends xs as a JSON array, each element by elem; a nil slice is null, as
+// encoding/json writes it. (appendFloat32s keeps its own loop: it is the inner one.)
+func appendList[T any](b []byte, xs []T, elem func([]byte, T) ([]byte, error)) ([]byte, error) {
+	if xs == nil {
 		return append(b, "null"...), nil
 	}
 	b = append(b, '[')
-	for i, v := range vecs {
+	for i, x := range xs {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = appendFloat32s(b, v); err != nil {
+		if b, err = elem(b, x); err != nil {
 			return b, err
 		}
 	}
 	return append(b, ']'), nil
+}
+
+// appendEmbeddings appends /embed's body: one array per text.
+func appendEmbeddings(b []byte, vecs [][]float32) ([]byte, error) {
+	return appendList(b, vecs, appendFloat32s)
 }
 
 // appendPredictions appends one text's /predict answer: [{"score":…,"label":…},…].
 func appendPredictions(b []byte, ps []Prediction) ([]byte, error) {
-	if ps == nil {
-		return append(b, "null"...), nil
+	return appendList(b, ps, appendPrediction)
+}
+
+func appendPrediction(b []byte, p Prediction) ([]byte, error) {
+	b = append(b, `{"score":`...)
+	var err error
+	if b, err = appendFloat32(b, p.Score); err != nil {
+		return b, err
 	}
-	b = append(b, '[')
-	for i, p := range ps {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"score":`...)
-		var err error
-		if b, err = appendFloat32(b, p.Score); err != nil {
-			return b, err
-		}
-		b = append(b, `,"label":`...)
-		if b, err = appendString(b, p.Label); err != nil {
-			return b, err
-		}
-		b = append(b, '}')
+	b = append(b, `,"label":`...)
+	if b, err = appendString(b, p.Label); err != nil {
+		return b, err
 	}
-	return append(b, ']'), nil
+	return append(b, '}'), nil
 }
 
 // appendPredictionRows appends a batch's /predict answer: one list of predictions per text.
 func appendPredictionRows(b []byte, rows [][]Prediction) ([]byte, error) {
-	if rows == nil {
-		return append(b, "null"...), nil
-	}
-	b = append(b, '[')
-	for i, ps := range rows {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		var err error
-		if b, err = appendPredictions(b, ps); err != nil {
-			return b, err
-		}
-	}
-	return append(b, ']'), nil
+	return appendList(b, rows, appendPredictions)
 }
 
 // appendOpenAIResponse appends a /v1/embeddings body.
@@ -138,35 +125,8 @@ func appendOpenAIResponse(b []byte, r *OpenAIEmbeddingResponse) ([]byte, error) 
 		return b, err
 	}
 	b = append(b, `,"data":`...)
-	if r.Data == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, d := range r.Data {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"object":`...)
-			if b, err = appendString(b, d.Object); err != nil {
-				return b, err
-			}
-			b = append(b, `,"index":`...)
-			b = strconv.AppendInt(b, int64(d.Index), 10)
-			b = append(b, `,"embedding":`...)
-			switch e := d.Embedding.(type) {
-			case []float32:
-				b, err = appendFloat32s(b, e)
-			case base64Floats:
-				b = appendBase64Floats(b, e)
-			default:
-				b, err = appendMarshal(b, e)
-			}
-			if err != nil {
-				return b, err
-			}
-			b = append(b, '}')
-		}
-		b = append(b, ']')
+	if b, err = appendList(b, r.Data, appendOpenAIEmbedding); err != nil {
+		return b, err
 	}
 	b = append(b, `,"model":`...)
 	if b, err = appendString(b, r.Model); err != nil {
@@ -177,6 +137,29 @@ func appendOpenAIResponse(b []byte, r *OpenAIEmbeddingResponse) ([]byte, error) 
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(r.Usage.TotalTokens), 10)
 	return append(b, "}}"...), nil
+}
+
+func appendOpenAIEmbedding(b []byte, d OpenAIEmbedding) ([]byte, error) {
+	var err error
+	b = append(b, `{"object":`...)
+	if b, err = appendString(b, d.Object); err != nil {
+		return b, err
+	}
+	b = append(b, `,"index":`...)
+	b = strconv.AppendInt(b, int64(d.Index), 10)
+	b = append(b, `,"embedding":`...)
+	switch e := d.Embedding.(type) {
+	case []float32:
+		b, err = appendFloat32s(b, e)
+	case base64Floats:
+		b = appendBase64Floats(b, e)
+	default:
+		b, err = appendMarshal(b, e)
+	}
+	if err != nil {
+		return b, err
+	}
+	return append(b, '}'), nil
 }
 
 // base64Floats is an embedding in OpenAI's base64 format: its little-endian float32 bytes,
@@ -222,67 +205,37 @@ func appendInferResponse(b []byte, r *InferResponse) ([]byte, error) {
 		}
 	}
 	b = append(b, `,"outputs":`...)
-	if r.Outputs == nil {
-		return append(b, "null}"...), nil
+	if b, err = appendList(b, r.Outputs, appendInferOutput); err != nil {
+		return b, err
 	}
-	b = append(b, '[')
-	for i, o := range r.Outputs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"name":`...)
-		if b, err = appendString(b, o.Name); err != nil {
-			return b, err
-		}
-		b = append(b, `,"shape":`...)
-		if o.Shape == nil {
-			b = append(b, "null"...)
-		} else {
-			b = append(b, '[')
-			for j, d := range o.Shape {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = strconv.AppendInt(b, d, 10)
-			}
-			b = append(b, ']')
-		}
-		b = append(b, `,"datatype":`...)
-		if b, err = appendString(b, o.Datatype); err != nil {
-			return b, err
-		}
-		b = append(b, `,"data":`...)
-		switch d := o.Data.(type) {
-		case []float32:
-			b, err = appendFloat32s(b, d)
-		case []string:
-			b, err = appendStrings(b, d)
-		default:
-			b, err = appendMarshal(b, d)
-		}
-		if err != nil {
-			return b, err
-		}
-		b = append(b, '}')
-	}
-	return append(b, "]}"...), nil
+	return append(b, '}'), nil
 }
 
-func appendStrings(b []byte, ss []string) ([]byte, error) {
-	if ss == nil {
-		return append(b, "null"...), nil
+func appendInferOutput(b []byte, o InferOutput) ([]byte, error) {
+	var err error
+	b = append(b, `{"name":`...)
+	if b, err = appendString(b, o.Name); err != nil {
+		return b, err
 	}
-	b = append(b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		var err error
-		if b, err = appendString(b, s); err != nil {
-			return b, err
-		}
+	b = append(b, `,"shape":`...)
+	b, _ = appendList(b, o.Shape, func(b []byte, d int64) ([]byte, error) { return strconv.AppendInt(b, d, 10), nil })
+	b = append(b, `,"datatype":`...)
+	if b, err = appendString(b, o.Datatype); err != nil {
+		return b, err
 	}
-	return append(b, ']'), nil
+	b = append(b, `,"data":`...)
+	switch d := o.Data.(type) {
+	case []float32:
+		b, err = appendFloat32s(b, d)
+	case []string:
+		b, err = appendList(b, d, appendString)
+	default:
+		b, err = appendMarshal(b, d)
+	}
+	if err != nil {
+		return b, err
+	}
+	return append(b, '}'), nil
 }
 
 // appendString appends s as a JSON string. Strings of printable ASCII with nothing to escape
