@@ -7,25 +7,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
-	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
 )
@@ -309,92 +302,6 @@ func (c *benchConfig) parse() error {
 	return nil
 }
 
-// offlineOnly reports whether this bench measures only the raw ONNX Runtime limit: --offline
-// with no load and no --self, so no server is started or contacted.
-func (c *benchConfig) offlineOnly() bool {
-	o := c.Opts
-	return c.Offline && !c.Self && len(o.Rates) == 0 && len(o.Concurrency) == 0 && o.SLO == nil
-}
-
-// offlineTargets are the versions an offline-only bench measures: --versions, or every
-// version of the model's config, the default first. They are read from the model repository
-// at root, since there is no server to ask.
-func (c *benchConfig) offlineTargets(root string) error {
-	cfg, err := models.ReadConfig(filepath.Join(root, c.Model))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("--model %q: no %s in the model repository %s: it has %v", c.Model, filepath.Join(c.Model, models.ConfigFile), root, repositoryModels(root))
-	} else if err != nil {
-		return fmt.Errorf("--model %q: %w", c.Model, err)
-	}
-	versions := splitList(c.Versions)
-	known := slices.Sorted(maps.Keys(cfg.Versions))
-	if len(versions) == 0 {
-		versions = append([]string{cfg.DefaultVersion}, slices.DeleteFunc(slices.Clone(known), func(v string) bool { return v == cfg.DefaultVersion })...)
-	}
-	for _, v := range versions {
-		if _, ok := cfg.Versions[v]; !ok {
-			return fmt.Errorf("--versions: %s has no version %q: it has %v", c.Model, v, known)
-		}
-		c.Opts.Targets = append(c.Opts.Targets, bench.Target{Model: c.Model, Version: v})
-	}
-	return nil
-}
-
-// repositoryModels names the model folders (those with a model.yaml) under root.
-func repositoryModels(root string) []string {
-	entries, _ := os.ReadDir(root)
-	var names []string
-	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(root, e.Name(), models.ConfigFile)); err == nil {
-			names = append(names, e.Name())
-		}
-	}
-	return names
-}
-
-// runOffline measures the raw limit of each target version and reports it: a table on
-// stdout, and the report files asked for, whose versions carry offline points and no steps.
-func (c *benchConfig) runOffline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload, stdout io.Writer) error {
-	start := time.Now()
-	if err := c.offline(ctx, env, sc, w); err != nil {
-		return err
-	}
-	r := &bench.Report{
-		Schema: bench.Schema, Tool: "ortserve " + version, Started: start.UTC(),
-		Host:     bench.Host{CPUs: goruntime.NumCPU(), OS: goruntime.GOOS, Arch: goruntime.GOARCH},
-		Target:   "ONNX Runtime offline, in this process (no server)",
-		Workload: w.Summary(),
-		Notes:    []string{fmt.Sprintf("offline only: raw session throughput with %s, the texts tokenized beforehand, no HTTP and no batcher; no load was applied", c.offlineSetup)},
-	}
-	var vs []bench.VersionResult
-	for _, t := range c.Opts.Targets {
-		pts := c.Opts.Offline[t.Name()]
-		vs = append(vs, bench.VersionResult{Name: t.Name(), Model: t.Model, Version: t.Version, Offline: pts})
-		var each []string
-		for _, p := range pts {
-			each = append(each, fmt.Sprintf("batch %d: %.1f texts/s, p50 %.2f ms", p.Batch, p.ItemsPerS, p.P50))
-		}
-		r.Notes = append(r.Notes, t.Name()+": "+strings.Join(each, "; "))
-	}
-	r.Runs = []bench.Run{{Versions: vs}}
-
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "Raw ONNX Runtime limit (offline: no server, no HTTP, no batcher)\n\n")
-	fmt.Fprintf(tw, "CPUs\t%d (this process's)\n", r.Host.CPUs)
-	fmt.Fprintf(tw, "Sessions\t%s\n", c.offlineSetup)
-	fmt.Fprintf(tw, "Workload\t%s: %d texts\n", r.Workload.Source, r.Workload.Texts)
-	fmt.Fprintf(tw, "\n  version\tbatch\ttexts/s\tp50 ms (one batch)\n")
-	for _, v := range vs {
-		for _, p := range v.Offline {
-			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.2f\n", v.Name, p.Batch, p.ItemsPerS, p.P50)
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return c.writeFiles(r, stdout)
-}
-
 // parseURLs reads --url: one URL, or label=URL entries separated by commas.
 func (c *benchConfig) parseURLs() error {
 	entries := splitList(c.URL)
@@ -550,49 +457,6 @@ func splitList(s string) []string {
 	return out
 }
 
-// offline measures each target version's raw session throughput, before any load, with
-// the sessions and threads serve gives it.
-func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload) error {
-	device, _ := ort.ParseDevice(sc.Device)
-	provider, _, err := env.Resolve(device, sc.DeviceID)
-	if err != nil {
-		return err
-	}
-	b := newBackend(env, sc, provider, nil)
-	c.offlineSetup = fmt.Sprintf("%d session(s) per version × %d intra-op thread(s) on %s, as serve gives them", b.sessions, b.threads, b.Device())
-	c.Opts.Offline = map[string][]bench.OfflinePoint{}
-	texts := w.Texts // offline counts texts, so inputs per request do not matter there
-	batches := c.batches
-	if batches == nil {
-		batches = offlineBatches(sc.Batch.MaxBatchSize)
-	}
-	for _, t := range c.Opts.Targets {
-		if !c.Quiet {
-			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), batches, c.OfflinePer)
-		}
-		pts, err := offlineLimit(ctx, b, filepath.Join(sc.Models, t.Model), t.Version, texts, batches, c.OfflinePer)
-		if err != nil {
-			return fmt.Errorf("--offline %s: %w", t.Name(), err)
-		}
-		c.Opts.Offline[t.Name()] = pts
-	}
-	return nil
-}
-
-func minOffline(m map[string][]bench.OfflinePoint) float64 {
-	var lo float64
-	for _, pts := range m {
-		var best float64
-		for _, p := range pts {
-			best = max(best, p.ItemsPerS)
-		}
-		if best > 0 && (lo == 0 || best < lo) {
-			lo = best
-		}
-	}
-	return lo
-}
-
 // serveSelf starts serve on a free loopback port and returns its address once it listens;
 // done closes when it has shut down after ctx ends.
 func serveSelf(ctx context.Context, c serveConfig, env *ort.Env) (string, <-chan struct{}, error) {
@@ -694,54 +558,4 @@ func runReport(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w (%w)", err, errUsage)
 	}
 	return c.write(r, stdout)
-}
-
-// progress draws a one-line bar on a terminal, and nothing otherwise.
-type progress struct {
-	mu  sync.Mutex
-	w   io.Writer
-	on  bool
-	any bool
-}
-
-func newProgress(f *os.File, quiet bool) *progress {
-	on := false
-	if st, err := f.Stat(); err == nil && !quiet {
-		on = st.Mode()&os.ModeCharDevice != 0
-	}
-	return &progress{w: f, on: on}
-}
-
-func (p *progress) update(pr bench.Progress) {
-	if !p.on {
-		return
-	}
-	load := fmt.Sprintf("%g rps", pr.Rate)
-	if pr.Concurrency > 0 {
-		load = fmt.Sprintf("%d clients", pr.Concurrency)
-	}
-	run := ""
-	if pr.Runs > 1 {
-		run = fmt.Sprintf(" run %d/%d", pr.Run, pr.Runs)
-	}
-	p.draw(pr.Step, pr.Steps, fmt.Sprintf("step %d/~%d%s %s @ %s  %s", pr.Step, pr.Steps, run, pr.Target, load, pr.Elapsed.Round(time.Second)))
-}
-
-// draw redraws the line as a bar filled step/steps of the way, then text.
-func (p *progress) draw(step, steps int, text string) {
-	if !p.on {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	const width = 24
-	fill := min(width, width*step/max(1, steps))
-	fmt.Fprintf(p.w, "\r\033[K[%s%s] %s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), text)
-	p.any = true
-}
-
-func (p *progress) done() {
-	if p.on && p.any {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
 }

@@ -5,16 +5,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/tokenize"
 )
 
@@ -196,4 +203,133 @@ func (r *offlineRig) Close() error {
 	}
 	r.sessions = nil
 	return errors.Join(errs...)
+}
+
+// offlineOnly reports whether this bench measures only the raw ONNX Runtime limit: --offline
+// with no load and no --self, so no server is started or contacted.
+func (c *benchConfig) offlineOnly() bool {
+	o := c.Opts
+	return c.Offline && !c.Self && len(o.Rates) == 0 && len(o.Concurrency) == 0 && o.SLO == nil
+}
+
+// offlineTargets are the versions an offline-only bench measures: --versions, or every
+// version of the model's config, the default first. They are read from the model repository
+// at root, since there is no server to ask.
+func (c *benchConfig) offlineTargets(root string) error {
+	cfg, err := models.ReadConfig(filepath.Join(root, c.Model))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("--model %q: no %s in the model repository %s: it has %v", c.Model, filepath.Join(c.Model, models.ConfigFile), root, repositoryModels(root))
+	} else if err != nil {
+		return fmt.Errorf("--model %q: %w", c.Model, err)
+	}
+	versions := splitList(c.Versions)
+	known := slices.Sorted(maps.Keys(cfg.Versions))
+	if len(versions) == 0 {
+		versions = append([]string{cfg.DefaultVersion}, slices.DeleteFunc(slices.Clone(known), func(v string) bool { return v == cfg.DefaultVersion })...)
+	}
+	for _, v := range versions {
+		if _, ok := cfg.Versions[v]; !ok {
+			return fmt.Errorf("--versions: %s has no version %q: it has %v", c.Model, v, known)
+		}
+		c.Opts.Targets = append(c.Opts.Targets, bench.Target{Model: c.Model, Version: v})
+	}
+	return nil
+}
+
+// repositoryModels names the model folders (those with a model.yaml) under root.
+func repositoryModels(root string) []string {
+	entries, _ := os.ReadDir(root)
+	var names []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(root, e.Name(), models.ConfigFile)); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// runOffline measures the raw limit of each target version and reports it: a table on
+// stdout, and the report files asked for, whose versions carry offline points and no steps.
+func (c *benchConfig) runOffline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload, stdout io.Writer) error {
+	start := time.Now()
+	if err := c.offline(ctx, env, sc, w); err != nil {
+		return err
+	}
+	r := &bench.Report{
+		Schema: bench.Schema, Tool: "ortserve " + version, Started: start.UTC(),
+		Host:     bench.Host{CPUs: goruntime.NumCPU(), OS: goruntime.GOOS, Arch: goruntime.GOARCH},
+		Target:   "ONNX Runtime offline, in this process (no server)",
+		Workload: w.Summary(),
+		Notes:    []string{fmt.Sprintf("offline only: raw session throughput with %s, the texts tokenized beforehand, no HTTP and no batcher; no load was applied", c.offlineSetup)},
+	}
+	var vs []bench.VersionResult
+	for _, t := range c.Opts.Targets {
+		pts := c.Opts.Offline[t.Name()]
+		vs = append(vs, bench.VersionResult{Name: t.Name(), Model: t.Model, Version: t.Version, Offline: pts})
+		var each []string
+		for _, p := range pts {
+			each = append(each, fmt.Sprintf("batch %d: %.1f texts/s, p50 %.2f ms", p.Batch, p.ItemsPerS, p.P50))
+		}
+		r.Notes = append(r.Notes, t.Name()+": "+strings.Join(each, "; "))
+	}
+	r.Runs = []bench.Run{{Versions: vs}}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Raw ONNX Runtime limit (offline: no server, no HTTP, no batcher)\n\n")
+	fmt.Fprintf(tw, "CPUs\t%d (this process's)\n", r.Host.CPUs)
+	fmt.Fprintf(tw, "Sessions\t%s\n", c.offlineSetup)
+	fmt.Fprintf(tw, "Workload\t%s: %d texts\n", r.Workload.Source, r.Workload.Texts)
+	fmt.Fprintf(tw, "\n  version\tbatch\ttexts/s\tp50 ms (one batch)\n")
+	for _, v := range vs {
+		for _, p := range v.Offline {
+			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.2f\n", v.Name, p.Batch, p.ItemsPerS, p.P50)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return c.writeFiles(r, stdout)
+}
+
+// offline measures each target version's raw session throughput, before any load, with
+// the sessions and threads serve gives it.
+func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload) error {
+	device, _ := ort.ParseDevice(sc.Device)
+	provider, _, err := env.Resolve(device, sc.DeviceID)
+	if err != nil {
+		return err
+	}
+	b := newBackend(env, sc, provider, nil)
+	c.offlineSetup = fmt.Sprintf("%d session(s) per version × %d intra-op thread(s) on %s, as serve gives them", b.sessions, b.threads, b.Device())
+	c.Opts.Offline = map[string][]bench.OfflinePoint{}
+	texts := w.Texts // offline counts texts, so inputs per request do not matter there
+	batches := c.batches
+	if batches == nil {
+		batches = offlineBatches(sc.Batch.MaxBatchSize)
+	}
+	for _, t := range c.Opts.Targets {
+		if !c.Quiet {
+			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), batches, c.OfflinePer)
+		}
+		pts, err := offlineLimit(ctx, b, filepath.Join(sc.Models, t.Model), t.Version, texts, batches, c.OfflinePer)
+		if err != nil {
+			return fmt.Errorf("--offline %s: %w", t.Name(), err)
+		}
+		c.Opts.Offline[t.Name()] = pts
+	}
+	return nil
+}
+
+func minOffline(m map[string][]bench.OfflinePoint) float64 {
+	var lo float64
+	for _, pts := range m {
+		var best float64
+		for _, p := range pts {
+			best = max(best, p.ItemsPerS)
+		}
+		if best > 0 && (lo == 0 || best < lo) {
+			lo = best
+		}
+	}
+	return lo
 }
