@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ortserve/ortserve/runtime"
@@ -52,6 +53,11 @@ func (e *WrongTaskError) Unwrap() error { return ErrWrongTask }
 // this is the seam where a dynamic batcher drops in.
 type Executor interface {
 	Execute(ctx context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, runtime.ExecStats, error)
+	// Abort is for a shutdown whose grace is over: Execute calls still waiting fail at once
+	// with runtime.ErrClosed, work already running may finish until ctx ends and is
+	// cancelled past it (runtime.Batcher.Abort). It returns once nothing runs; Close still
+	// releases the resources.
+	Abort(ctx context.Context) error
 	Close() error
 }
 
@@ -204,6 +210,23 @@ func (m *Model) Scheduling() map[string]runtime.SchedulerState {
 // Tokenizer is the model's tokenizer.
 func (m *Model) Tokenizer() tokenize.Tokenizer { return m.tok }
 
+// Abort aborts every version's executor at once, within ctx (Executor.Abort).
+func (m *Model) Abort(ctx context.Context) error {
+	errs := make([]error, 0, len(m.versions))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, v := range m.versions {
+		wg.Go(func() {
+			err := v.exec.Abort(ctx)
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // Close releases every version and the tokenizer.
 func (m *Model) Close() error {
 	var errs []error
@@ -229,6 +252,9 @@ type Stats struct {
 	// CacheHits and CacheMisses count the inputs answered from the version's response
 	// cache and those computed; both stay 0 when the version has no cache.
 	CacheHits, CacheMisses int
+	// Labels, for Classify, name the scores' columns: the labels of the model that
+	// computed them, which a reload cannot change under the caller.
+	Labels []string
 }
 
 // finisher turns one text's output tensor and encoding into its answer, a new slice.
@@ -341,13 +367,15 @@ type ClassifyOptions struct {
 // that sum to 1, or raw logits. The scores are the caller's, even those served from the
 // response cache.
 func (m *Model) Classify(ctx context.Context, version string, texts []string, o ClassifyOptions) ([][]float32, Stats, error) {
-	return m.run(ctx, version, TaskClassify, texts, o.Truncate, o.Raw, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
+	scores, st, err := m.run(ctx, version, TaskClassify, texts, o.Truncate, o.Raw, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
 		scores := slices.Clone(t.Data)
 		if !o.Raw {
 			Softmax(scores)
 		}
 		return scores
 	})
+	st.Labels = m.Labels()
+	return scores, st, err
 }
 
 // Pool reduces hidden states t ([seq, hidden], of which the first n rows are real tokens)

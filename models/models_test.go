@@ -213,7 +213,8 @@ func (f fakeExec) Execute(_ context.Context, encs []tokenize.Encoding) ([]runtim
 	}
 	return out, runtime.ExecStats{Batches: 1}, nil
 }
-func (f fakeExec) Close() error { *f.closed++; return nil }
+func (f fakeExec) Close() error                { *f.closed++; return nil }
+func (f fakeExec) Abort(context.Context) error { return nil }
 
 type fakeBackend struct {
 	device   string

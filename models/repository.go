@@ -31,6 +31,11 @@ type Repository struct {
 	reloadMu sync.Mutex // one Reload at a time
 	mu       sync.RWMutex
 	slots    map[string]*slot // by model name
+	changes  int              // models added, reloaded or removed: Watch's change marker
+	// retiring are the generations a reload replaced or removed and is draining; aborted is
+	// the context of Abort, once called. Each reaches the other, whichever comes first.
+	retiring map[*generation]bool
+	aborted  context.Context
 }
 
 // slot is one model folder and the generation of the model serving from it.
@@ -57,7 +62,7 @@ func OpenRepository(root string, b Backend, log *slog.Logger) (*Repository, erro
 	if err != nil {
 		return nil, err
 	}
-	r := &Repository{Root: root, b: b, log: log, slots: map[string]*slot{}}
+	r := &Repository{Root: root, b: b, log: log, slots: map[string]*slot{}, retiring: map[*generation]bool{}}
 	for _, dir := range dirs {
 		fp := fingerprint(dir)
 		m, err := Open(dir, b, log)
@@ -171,29 +176,46 @@ type Status struct {
 	Scheduling map[string]runtime.SchedulerState
 }
 
-// Status describes every model, sorted by name.
+// Status describes every model, sorted by name, with its scheduling state.
 func (r *Repository) Status() []Status {
 	var out []Status
 	for _, name := range r.Names() {
-		r.mu.RLock()
-		s := r.slots[name]
-		r.mu.RUnlock()
-		s.mu.RLock()
-		st := Status{Reloads: s.reloads, ReloadError: s.failed}
-		s.mu.RUnlock()
-		r.use(name, func(m *Model) error {
-			st.Config, st.Versions, st.Dimension = m.Config, m.VersionNames(), m.Dimension()
-			st.Scheduling = m.Scheduling()
-			return nil
-		})
-		out = append(out, st)
+		if st, err := r.status(name, true); err == nil { // else removed meanwhile
+			out = append(out, st)
+		}
 	}
 	return out
 }
 
+// StatusOf describes one model, without its scheduling state; an unknown name is an
+// *UnknownError.
+func (r *Repository) StatusOf(name string) (Status, error) { return r.status(name, false) }
+
+func (r *Repository) status(name string, scheduling bool) (Status, error) {
+	r.mu.RLock()
+	s, ok := r.slots[name]
+	r.mu.RUnlock()
+	if !ok {
+		return Status{}, &UnknownError{Kind: ErrUnknownModel, Name: name, Known: r.Names()}
+	}
+	s.mu.RLock()
+	st := Status{Reloads: s.reloads, ReloadError: s.failed}
+	s.mu.RUnlock()
+	err := r.use(name, func(m *Model) error {
+		st.Config, st.Versions, st.Dimension = m.Config, m.VersionNames(), m.Dimension()
+		if scheduling {
+			st.Scheduling = m.Scheduling()
+		}
+		return nil
+	})
+	return st, err
+}
+
 // Reload loads anew every model whose folder changed since it was loaded (or since a
 // failed attempt), and swaps each in once it is loaded and warm. It returns the errors of
-// the models that failed, which keep serving their previous generation.
+// the models that failed, which keep serving their previous generation. A model whose
+// folder (or its model.yaml) is gone is removed: its requests in flight finish, later ones
+// get an unknown-model error, as Triton's polling mode does.
 func (r *Repository) Reload() error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
@@ -206,6 +228,11 @@ func (r *Repository) Reload() error {
 	dirs, err := modelDirs(r.Root)
 	if err != nil {
 		return err
+	}
+	for dir, s := range byDir {
+		if !slices.Contains(dirs, dir) {
+			r.remove(s)
+		}
 	}
 	var errs []error
 	for _, dir := range dirs {
@@ -234,6 +261,7 @@ func (r *Repository) Reload() error {
 			_, dup := r.slots[m.Name()]
 			if !dup {
 				r.slots[m.Name()] = &slot{dir: dir, cur: &generation{m: m}, fingerprint: fp}
+				r.changes++
 			}
 			r.mu.Unlock()
 			if dup {
@@ -250,14 +278,42 @@ func (r *Repository) Reload() error {
 		s.fingerprint, s.failed = fp, ""
 		s.reloads++
 		s.mu.Unlock()
+		r.mu.Lock()
+		r.changes++
+		r.mu.Unlock()
 		r.retire(old)
 		r.log.Info("model reloaded", "model", m.Name(), "versions", m.VersionNames())
 	}
 	return errors.Join(errs...)
 }
 
-// retire waits for the requests using a generation, then closes it.
+// remove stops serving a slot's model, whose folder is gone, and closes it once its
+// requests in flight are done.
+func (r *Repository) remove(s *slot) {
+	name := s.cur.m.Name()
+	r.mu.Lock()
+	delete(r.slots, name)
+	r.changes++
+	r.mu.Unlock()
+	r.retire(s.cur)
+	r.log.Warn("model removed: its folder or model.yaml is gone", "model", name, "dir", s.dir)
+}
+
+// retire waits for the requests using a generation, then closes it. Meanwhile Abort can
+// reach it.
 func (r *Repository) retire(g *generation) {
+	r.mu.Lock()
+	r.retiring[g] = true
+	aborted := r.aborted
+	r.mu.Unlock()
+	if aborted != nil { // the shutdown's Abort came first: the requests here fail too
+		g.m.Abort(aborted)
+	}
+	defer func() {
+		r.mu.Lock()
+		delete(r.retiring, g)
+		r.mu.Unlock()
+	}()
 	g.users.Lock()
 	defer g.users.Unlock()
 	if err := g.m.Close(); err != nil {
@@ -284,20 +340,41 @@ func (r *Repository) Watch(ctx context.Context, interval time.Duration, changed 
 	}
 }
 
-// loads counts the generations loaded so far (start-up and reloads), as a change marker.
+// loads counts the models added, reloaded or removed so far, as a change marker.
 func (r *Repository) loads() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	n := len(r.slots)
-	for _, s := range r.slots {
-		s.mu.RLock()
-		n += s.reloads
-		s.mu.RUnlock()
-	}
-	return n
+	return r.changes
 }
 
-// Close drains and releases every model.
+// Abort is for a shutdown whose grace is over: it aborts every model serving, and every one
+// a reload is draining, at once within ctx (Executor.Abort). Requests still waiting fail with
+// runtime.ErrClosed, so that nothing holds a model for long after it: Close may follow at
+// once. Unlike Close, it does not wait for the requests using a model; it fails them.
+func (r *Repository) Abort(ctx context.Context) error {
+	r.mu.Lock()
+	r.aborted = ctx
+	var gens []*generation
+	for _, s := range r.slots {
+		s.mu.RLock()
+		gens = append(gens, s.cur)
+		s.mu.RUnlock()
+	}
+	for g := range r.retiring {
+		gens = append(gens, g)
+	}
+	r.mu.Unlock()
+	errs := make([]error, len(gens))
+	var wg sync.WaitGroup
+	for i, g := range gens {
+		wg.Go(func() { errs[i] = g.m.Abort(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Close drains and releases every model: it waits for the requests using them (Abort first
+// to bound that wait).
 func (r *Repository) Close() error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()

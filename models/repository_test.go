@@ -84,6 +84,25 @@ func TestReload(t *testing.T) {
 	if err := r.Reload(); err != nil || len(r.Names()) != 2 {
 		t.Errorf("new model: %v %v", err, r.Names())
 	}
+
+	// A folder that is gone: its model stops serving (unknown model) and is closed, and
+	// the others serve on.
+	closedBefore = b.closed
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if names := r.Names(); len(names) != 1 || names[0] != "cls" || b.closed != closedBefore+1 {
+		t.Errorf("after its folder went: models %v, %d closed", names, b.closed-closedBefore)
+	}
+	if _, err := r.Handle("emb"); err == nil {
+		t.Error("a removed model still has a handle")
+	}
+	if _, err := r.StatusOf("emb"); err == nil {
+		t.Error("a removed model still has a status")
+	}
 }
 
 // gatedExec blocks Execute of the test's request ("ab", 4 tokens) until gate is closed;

@@ -164,11 +164,21 @@ type Batcher struct {
 
 	in       chan *request
 	finished chan finished
-	stop     chan struct{}
-	stopped  chan struct{}
-	// closeMu orders admission against Close: no request enters b.in after the drain.
+	stop     chan struct{} // closed by Close or Abort: admission ends, the loop winds down
+	stopped  chan struct{} // closed when the loop has returned and no batch runs
+	// closeMu orders admission against Close and Abort: no request enters b.in after the
+	// loop has taken in what was there.
 	closeMu sync.RWMutex
 	closed  bool
+	// abort is closed by Abort, after cutoff is set: the queue fails with ErrClosed, and
+	// when cutoff ends, runs (which run under runCtx) are cancelled. abortErr is the loop's
+	// verdict, read by Abort once stopped is closed.
+	abort      chan struct{}
+	abortOnce  sync.Once
+	cutoff     context.Context
+	abortErr   error
+	runCtx     context.Context
+	cancelRuns context.CancelFunc
 
 	queuedReqs   atomic.Int64
 	queuedTokens atomic.Int64
@@ -207,11 +217,15 @@ func NewBatcher(cfg BatchConfig, pool *Pool, obs Observer) *Batcher {
 		finished: make(chan finished, pool.Size()),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		abort:    make(chan struct{}),
 		waiting:  map[*request]int{},
 		free:     pool.Size(),
 		discount: 1,
 	}
 	b.discountBits.Store(math.Float64bits(1))
+	// Batches run under a context of their own, not a request's (a batch serves several),
+	// that only an Abort past its deadline cancels.
+	b.runCtx, b.cancelRuns = context.WithCancel(context.Background())
 	if cfg.SLO > 0 {
 		b.ctl = newController(cfg.SLO, time.Now())
 	}
@@ -320,15 +334,18 @@ func (b *Batcher) loop() {
 				b.obs.Control(st, st.SLO.Decision != "hold")
 			}
 		case <-b.stop:
-			b.drain()
+			b.wind()
 			return
 		}
 		timer.Stop()
 	}
 }
 
-// drain serves everything admitted before the batcher stops.
-func (b *Batcher) drain() {
+// wind ends the loop. It takes in what admission let through, then serves the queue (after
+// Close) or fails it with ErrClosed (after Abort, which may come while a Close serves), and
+// waits for the batches running; when an Abort's cutoff ends, their runs are cancelled.
+func (b *Batcher) wind() {
+	defer b.cancelRuns()
 	for {
 		select {
 		case r := <-b.in:
@@ -338,15 +355,47 @@ func (b *Batcher) drain() {
 		}
 		break
 	}
-	for len(b.queue) > 0 {
-		for b.free == 0 {
-			b.done(<-b.finished)
+	abort := b.abort
+	var cut <-chan struct{}
+	for {
+		select {
+		case <-abort:
+			b.failQueued(ErrClosed)
+			abort, cut = nil, b.cutoff.Done()
+		default:
 		}
-		b.next()
+		b.dropExpired()
+		if len(b.queue) > 0 && b.free > 0 {
+			b.next()
+			b.obs.Queue(len(b.waiting), b.pool.Size()-b.free)
+			continue
+		}
+		if len(b.queue) == 0 && b.free == b.pool.Size() {
+			return
+		}
+		select {
+		case f := <-b.finished:
+			b.done(f)
+			b.obs.Queue(len(b.waiting), b.pool.Size()-b.free)
+		case <-abort: // handled at the top
+		case <-cut:
+			b.abortErr = b.cutoff.Err()
+			b.cancelRuns()
+			cut = nil
+		}
 	}
-	for b.free < b.pool.Size() {
-		b.done(<-b.finished)
+}
+
+// failQueued fails every request that still has rows in the queue with err, and empties
+// the queue. A request with rows already running fails too: its answer would be partial.
+func (b *Batcher) failQueued(err error) {
+	for r := range b.waiting {
+		delete(b.waiting, r)
+		b.release(r)
+		r.finish(nil, nil, err)
 	}
+	b.queue, b.queued = nil, 0
+	b.obs.Queue(0, b.pool.Size()-b.free)
 }
 
 // dropExpired drops the rows of requests whose context ended: nobody waits for them.
@@ -446,8 +495,12 @@ func (b *Batcher) dispatch(batch []row) {
 	go func(id uint64) {
 		f := finished{id: id, single: single}
 		defer func() { b.finished <- f }()
-		// The batch serves several requests: no one request's context may cancel it.
-		out, err := b.pool.Run(context.Background(), padded)
+		// The batch serves several requests: no one request's context may cancel it, only
+		// an Abort past its cutoff.
+		out, err := b.pool.Run(b.runCtx, padded)
+		if err != nil && b.runCtx.Err() != nil {
+			err = fmt.Errorf("%w: the batch was cut short at shutdown", ErrClosed)
+		}
 		f.took, f.ok = time.Since(now), err == nil
 		if f.ok {
 			b.perRow.Store(math.Float64bits(f.took.Seconds() / float64(len(batch))))
@@ -515,16 +568,37 @@ func (b *Batcher) State() SchedulerState {
 	return s
 }
 
-// Close serves every admitted request, then stops the batcher. It does not close the pool.
+// Close serves every admitted request, then stops the batcher; Execute fails with ErrClosed
+// from its start. It does not close the pool. An Abort cuts a Close short.
 func (b *Batcher) Close() error {
-	b.closeMu.Lock()
-	if b.closed {
-		b.closeMu.Unlock()
-		return nil
-	}
-	b.closed = true
-	close(b.stop)
-	b.closeMu.Unlock()
+	b.shut()
 	<-b.stopped
 	return nil
+}
+
+// Abort stops the batcher within ctx, for a shutdown whose grace is over: admission ends,
+// every request still queued fails at once with ErrClosed, and the batches already running
+// may finish until ctx ends. Then their runs are cancelled and their requests fail with
+// ErrClosed. Abort returns once no batch runs, every session back in the pool, so that the
+// pool may be closed: soon after ctx ends, since a Runner honours cancellation. The error is
+// ctx's when runs had to be cancelled. Abort may follow or interrupt Close; only the first
+// Abort's ctx counts. It does not close the pool.
+func (b *Batcher) Abort(ctx context.Context) error {
+	b.abortOnce.Do(func() {
+		b.cutoff = ctx
+		close(b.abort)
+	})
+	b.shut()
+	<-b.stopped
+	return b.abortErr
+}
+
+// shut ends admission and tells the loop to wind down, once.
+func (b *Batcher) shut() {
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
+	if !b.closed {
+		b.closed = true
+		close(b.stop)
+	}
 }

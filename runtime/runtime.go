@@ -12,8 +12,9 @@ import (
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// ErrClosed is returned by a Pool after Close.
-var ErrClosed = errors.New("runtime: pool closed")
+// ErrClosed is returned by a Pool after Close, and by a Batcher after Close or Abort (and
+// for the requests an Abort fails): the server is shutting down.
+var ErrClosed = errors.New("runtime: closed")
 
 // Tensor is a float32 tensor, row-major. Whoever receives one owns Data.
 type Tensor struct {
