@@ -23,9 +23,16 @@ func (in *Inputs) UnmarshalJSON(data []byte) error {
 		*in = Inputs{s}
 		return nil
 	}
-	var list []string
-	if err := json.Unmarshal(data, &list); err != nil {
-		return errors.New("inputs must be a string or a list of strings")
+	if len(data) == 0 || data[0] != '[' {
+		if bytes.Equal(data, []byte("null")) {
+			*in = nil
+			return nil
+		}
+		return fmt.Errorf("inputs is %s: send a string or a list of strings", jsonKind(data))
+	}
+	list, err := stringList(data, "inputs")
+	if err != nil {
+		return err
 	}
 	*in = list
 	return nil
@@ -60,22 +67,34 @@ func (in *PredictInputs) UnmarshalJSON(data []byte) error {
 		*in = PredictInputs{Seqs: [][]string{{s}}, Single: true}
 		return nil
 	}
-	var flat []string
-	if err := json.Unmarshal(data, &flat); err == nil {
-		if len(flat) == 0 || len(flat) > 2 {
+	var items []json.RawMessage
+	if len(data) == 0 || data[0] != '[' || json.Unmarshal(data, &items) != nil || len(items) == 0 {
+		return errors.New(want)
+	}
+	if items[0][0] != '[' { // one text or one pair
+		flat, err := stringList(data, "inputs")
+		if err != nil {
+			return err
+		}
+		if len(flat) > 2 {
 			return errors.New(want)
 		}
 		*in = PredictInputs{Seqs: [][]string{flat}, Single: true}
 		return nil
 	}
-	var batch [][]string
-	if err := json.Unmarshal(data, &batch); err != nil {
-		return errors.New(want)
-	}
-	for _, s := range batch {
-		if len(s) == 0 || len(s) > 2 {
+	batch := make([][]string, len(items))
+	for i, item := range items {
+		seq, err := stringList(item, fmt.Sprintf("inputs[%d]", i))
+		if err != nil {
+			if len(item) > 0 && item[0] != '[' {
+				return errors.New(want)
+			}
+			return err
+		}
+		if len(seq) == 0 || len(seq) > 2 {
 			return errors.New(want)
 		}
+		batch[i] = seq
 	}
 	*in = PredictInputs{Seqs: batch}
 	return nil
@@ -133,16 +152,4 @@ type ModelInfo struct {
 	// Scheduling is, per version, the batcher's learned cost curve and its SLO controller's
 	// state (docs/api.md).
 	Scheduling map[string]runtime.SchedulerState `json:"scheduling,omitempty"`
-}
-
-// decodeJSON reads one JSON value into v, refusing trailing data.
-func decodeJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return fmt.Errorf("unexpected data after the JSON body")
-	}
-	return nil
 }

@@ -36,6 +36,7 @@ type oneModel struct{ p Pipeline }
 
 func (r oneModel) Lookup(string, models.Task) (Pipeline, string, error) { return r.p, "emb", nil }
 func (r oneModel) Describe() []ModelInfo                                { return nil }
+func (r oneModel) Model(name string) (ModelInfo, error)                 { return modelIn(nil, name) }
 
 func TestCacheMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()

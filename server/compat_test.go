@@ -54,6 +54,8 @@ func (r compatRepo) Describe() []ModelInfo {
 	return out
 }
 
+func (r compatRepo) Model(name string) (ModelInfo, error) { return modelIn(r.Describe(), name) }
+
 func newCompatServer(t *testing.T, repo fakeRepo) (*httptest.Server, *Server) {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -287,7 +289,7 @@ func TestTokenize(t *testing.T) {
 		{"named model", `{"inputs":"a","model":"emb"}`, 200, `"id":101`},
 		{"unknown model", `{"inputs":"a","model":"nope"}`, 404, `"error_type":"NotFound"`},
 		{"empty", `{"inputs":[]}`, 422, `"error_type":"Empty"`},
-		{"wrong type", `{"inputs":[1]}`, 422, `inputs must be a string or a list of strings`},
+		{"wrong type", `{"inputs":[1]}`, 422, `inputs[0] is a number, not a string`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -386,11 +388,43 @@ func FuzzInferRequest(f *testing.F) {
 }
 
 func TestSplitModelName(t *testing.T) {
-	for _, tt := range []struct{ in, name, version string }{
-		{"minilm", "minilm", ""}, {"minilm/int8", "minilm", "int8"}, {"minilm:int8", "minilm", "int8"}, {"", "", ""},
+	for _, tt := range []struct {
+		in, name, version string
+		bad               bool
+	}{
+		{in: "minilm", name: "minilm"}, {in: "minilm/int8", name: "minilm", version: "int8"},
+		{in: "minilm:int8", name: "minilm", version: "int8"}, {in: ""},
+		{in: "minilm:", bad: true}, {in: ":int8", bad: true}, {in: "/", bad: true}, {in: ":", bad: true}, {in: "minilm/", bad: true},
 	} {
-		if n, v := splitModelName(tt.in); n != tt.name || v != tt.version {
-			t.Errorf("%q: got %q %q", tt.in, n, v)
+		n, v, err := splitModelName(tt.in)
+		if (err != nil) != tt.bad || n != tt.name || v != tt.version {
+			t.Errorf("%q: got %q %q %v", tt.in, n, v, err)
+		}
+	}
+}
+
+func TestFlatten(t *testing.T) {
+	for _, tt := range []struct {
+		data  string
+		shape []int64
+		want  int // texts; -1: refused
+	}{
+		{`"a"`, []int64{1}, 1},
+		{`["a","b","c","d"]`, []int64{2, 2}, 4},
+		{`[["a","b"],["c","d"]]`, []int64{2, 2}, 4},
+		{`[["a","b"],["c","d"]]`, []int64{4}, -1},
+		{`[["a","b"],["c"]]`, []int64{3}, -1},
+		{`["hello",[]]`, []int64{1}, -1},
+		{`[["a"],"b"]`, []int64{2}, -1},
+		{`["a",["b"]]`, []int64{2}, -1},
+		{`[[],[]]`, []int64{2, 0}, 0},
+		{`null`, []int64{1}, -1},
+		{`[null]`, []int64{1}, -1},
+		{`[1]`, []int64{1}, -1},
+	} {
+		got, err := flatten(json.RawMessage(tt.data), tt.shape)
+		if (err != nil) != (tt.want < 0) || (err == nil && len(got) != tt.want) {
+			t.Errorf("%s shape %v: %d texts, %v", tt.data, tt.shape, len(got), err)
 		}
 	}
 }

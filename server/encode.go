@@ -29,7 +29,7 @@ const maxPooledBuf = 256 << 10
 // as writeJSON does; when appendJSON fails (a NaN or an infinity in the output), it answers
 // writeJSON's 500. The body goes through a pooled buffer: http.ResponseWriter's Write does
 // not keep it.
-func writeEncoded[T any](w http.ResponseWriter, code int, v T, appendJSON func([]byte, T) ([]byte, error)) {
+func writeEncoded[T any](w http.ResponseWriter, r *http.Request, code int, v T, appendJSON func([]byte, T) ([]byte, error)) {
 	bp := bufPool.Get().(*[]byte)
 	b, err := appendJSON((*bp)[:0], v)
 	if err == nil {
@@ -43,7 +43,7 @@ func writeEncoded[T any](w http.ResponseWriter, code int, v T, appendJSON func([
 		bufPool.Put(bp)
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "Backend", "encoding the response: "+err.Error())
+		writeError(w, r, http.StatusInternalServerError, "Backend", "encoding the response: "+err.Error())
 	}
 }
 
@@ -222,6 +222,14 @@ func appendInferOutput(b []byte, o InferOutput) ([]byte, error) {
 	b = append(b, `,"datatype":`...)
 	if b, err = appendString(b, o.Datatype); err != nil {
 		return b, err
+	}
+	if o.Parameters != nil { // binary data: its size here, its bytes after the JSON
+		b = append(b, `,"parameters":{"binary_data_size":`...)
+		b = strconv.AppendInt(b, int64(o.Parameters.BinaryDataSize), 10)
+		b = append(b, '}')
+	}
+	if o.Data == nil {
+		return append(b, '}'), nil
 	}
 	b = append(b, `,"data":`...)
 	switch d := o.Data.(type) {

@@ -315,6 +315,10 @@ func TestAppendResponses(t *testing.T) {
 		{Outputs: []InferOutput{{Data: nil}, {Data: []string(nil)}, {Data: []float32(nil)}, {Data: []int{1, 2}}, {Shape: []int64{}}}},
 		{Outputs: []InferOutput{{Data: []float32{float32(math.Inf(1))}}}},
 		{Outputs: []InferOutput{}},
+		{ModelName: "minilm", ModelVersion: "fp32", Outputs: []InferOutput{ // binary data: kserve_binary.go
+			{Name: "probabilities", Shape: []int64{1, 2}, Datatype: "FP32", Parameters: &OutputParameters{BinaryDataSize: 8}},
+			{Name: "label", Shape: []int64{1}, Datatype: "BYTES", Parameters: &OutputParameters{}, Data: []string{"x"}},
+		}},
 		{},
 	}
 	for i, r := range infer {
@@ -331,7 +335,7 @@ func (nanModel) Embed(context.Context, string, []string, models.EmbedOptions) ([
 }
 
 func (nanModel) Classify(context.Context, string, []string, models.ClassifyOptions) ([][]float32, models.Stats, error) {
-	return [][]float32{{float32(math.NaN()), 1}}, models.Stats{Version: "v1"}, nil
+	return [][]float32{{float32(math.NaN()), 1}}, models.Stats{Version: "v1", Labels: []string{"negative", "positive"}}, nil
 }
 
 type nanRepo struct{ fakeRepo }
@@ -356,7 +360,9 @@ func TestNaNResponses(t *testing.T) {
 		{"/v2/models/emb/infer", `{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`, `{"error":"` + msg + `"}`},
 	} {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, tt.path, strings.NewReader(tt.body)))
+		req := httptest.NewRequest(http.MethodPost, tt.path, strings.NewReader(tt.body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(w, req)
 		if tt.want == "" {
 			if w.Code != http.StatusOK {
 				t.Errorf("%s %s: %d %s", tt.path, tt.body, w.Code, w.Body)
@@ -379,7 +385,7 @@ func TestPooledBuffersNotShared(t *testing.T) {
 			v[0][i] = float32(n)
 		}
 		w := httptest.NewRecorder()
-		writeEncoded(w, http.StatusOK, v, appendEmbeddings)
+		writeEncoded(w, nil, http.StatusOK, v, appendEmbeddings)
 		want, _ := json.Marshal(v)
 		if w.Body.String() != string(want)+"\n" {
 			t.Errorf("%d floats: body differs (%d bytes, want %d)", n, w.Body.Len(), len(want)+1)
@@ -417,7 +423,7 @@ func BenchmarkEncodeEmbeddings(b *testing.B) {
 			w := httptest.NewRecorder()
 			for b.Loop() {
 				w.Body.Reset()
-				writeEncoded(w, http.StatusOK, v, appendEmbeddings)
+				writeEncoded(w, nil, http.StatusOK, v, appendEmbeddings)
 			}
 		})
 	}

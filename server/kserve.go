@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +15,9 @@ import (
 	"github.com/ortserve/ortserve/models"
 )
 
-// KServe's Open Inference Protocol (v2) over REST: health, model metadata and readiness, and
-// infer with one BYTES input of texts.
+// KServe's Open Inference Protocol (v2) over REST: server metadata, health, model metadata and
+// readiness, and infer with one BYTES input of texts, in JSON or with the binary tensor data
+// extension (kserve_binary.go).
 
 // KServeError is KServe v2's error body.
 type KServeError struct {
@@ -30,29 +32,50 @@ type InferRequest struct {
 	// Inputs must be one tensor named "text", datatype BYTES, whose data are the texts.
 	Inputs []InferInput `json:"inputs"`
 	// Outputs, when set, picks which outputs to return by name.
-	Outputs []struct {
-		Name string `json:"name"`
-	} `json:"outputs,omitempty"`
-	// Parameters may set "truncate" and, for embed models, "normalize" (bools).
+	Outputs []RequestedOutput `json:"outputs,omitempty"`
+	// Parameters may set "truncate" and, for embed models, "normalize" (bools), and
+	// "binary_data_output" (a bool: every output as binary data unless the output says
+	// otherwise). Others, such as tritonclient's "priority" or "timeout", are ignored.
+	Parameters map[string]any `json:"parameters,omitempty"`
+}
+
+// RequestedOutput names one output to return. Its parameters may set "binary_data" (a bool:
+// return it as binary data after the JSON, overriding the request's "binary_data_output").
+type RequestedOutput struct {
+	Name       string         `json:"name"`
 	Parameters map[string]any `json:"parameters,omitempty"`
 }
 
 // InferInput is one input tensor. Data is a flat list of strings in row-major order; nested
-// lists are flattened.
+// lists are flattened. With the binary tensor data extension, Parameters has
+// "binary_data_size" instead and the tensor's bytes follow the JSON (kserve_binary.go).
 type InferInput struct {
 	Name       string          `json:"name"`
 	Shape      []int64         `json:"shape"`
 	Datatype   string          `json:"datatype"`
 	Parameters map[string]any  `json:"parameters,omitempty"`
 	Data       json.RawMessage `json:"data"`
+
+	// binary holds the tensor's bytes when they came after the JSON (hasBinary); it aliases
+	// the request body.
+	binary    []byte
+	hasBinary bool
 }
 
-// InferOutput is one output tensor; Data is flat, row-major.
+// InferOutput is one output tensor; Data is flat, row-major. An output sent as binary data
+// has Parameters (its binary_data_size) and no Data.
 type InferOutput struct {
-	Name     string  `json:"name"`
-	Shape    []int64 `json:"shape"`
-	Datatype string  `json:"datatype"`
-	Data     any     `json:"data"`
+	Name       string            `json:"name"`
+	Shape      []int64           `json:"shape"`
+	Datatype   string            `json:"datatype"`
+	Parameters *OutputParameters `json:"parameters,omitempty"`
+	Data       any               `json:"data,omitempty"`
+}
+
+// OutputParameters are an output's parameters in an infer answer.
+type OutputParameters struct {
+	// BinaryDataSize is the length of the output's bytes after the JSON.
+	BinaryDataSize int `json:"binary_data_size"`
 }
 
 // InferResponse is the body of an infer answer.
@@ -105,36 +128,93 @@ func (req *InferRequest) texts() ([]string, error) {
 		n *= d
 	}
 	var texts []string
-	if err := flatten(in.Data, &texts, 0); err != nil {
-		return nil, fmt.Errorf("input %q: %w", in.Name, err)
+	if in.hasBinary {
+		var err error
+		if texts, err = decodeBytesTensor(in.binary); err != nil {
+			return nil, fmt.Errorf("input %q: %w", in.Name, err)
+		}
+	} else {
+		var err error
+		if texts, err = flatten(in.Data, in.Shape); err != nil {
+			return nil, fmt.Errorf("input %q: %w", in.Name, err)
+		}
 	}
 	if int64(len(texts)) != n {
 		return nil, fmt.Errorf("input %q has shape %v (%d elements) but %d texts in data", in.Name, in.Shape, n, len(texts))
 	}
-	for _, name := range []string{"truncate", "normalize"} {
+	for _, name := range []string{"truncate", "normalize", "binary_data_output"} {
 		if v, ok := req.Parameters[name]; ok {
 			if _, isBool := v.(bool); !isBool {
 				return nil, fmt.Errorf("parameter %q must be a bool", name)
 			}
 		}
 	}
+	for _, out := range req.Outputs {
+		if v, ok := out.Parameters["binary_data"]; ok {
+			if _, isBool := v.(bool); !isBool {
+				return nil, fmt.Errorf("output %q: parameter \"binary_data\" must be a bool", out.Name)
+			}
+		}
+		if v, ok := out.Parameters["classification"]; ok && v != float64(0) {
+			return nil, fmt.Errorf("output %q asks for the classification extension, which ortserve does not serve: leave \"classification\" (class_count) out and read the \"label\" output", out.Name)
+		}
+	}
 	return texts, nil
 }
 
-// flatten appends the strings of data, a string or (nested) list of them, to out.
-func flatten(data json.RawMessage, out *[]string, depth int) error {
+// flatten returns the strings of data: a string, a flat list of them in row-major order
+// (any shape), or lists nested as shape says. Nested lists must make a tensor: every list at
+// one depth as long as the others, strings at the deepest level only, and the lengths
+// shape's; a ragged or partly empty nesting is no tensor and is refused.
+func flatten(data json.RawMessage, shape []int64) ([]string, error) {
+	t := tensorWalk{}
+	if err := t.walk(data, 0); err != nil {
+		return nil, err
+	}
+	if len(t.dims) > 1 && !slices.Equal(t.dims, shape) {
+		return nil, fmt.Errorf("data is nested as %v, which is not the shape %v: send the shape's nesting, or a flat list", t.dims, shape)
+	}
+	return t.out, nil
+}
+
+// tensorWalk gathers a nested list's strings and the length of its lists at each depth.
+type tensorWalk struct {
+	out       []string
+	dims      []int64 // the length of the lists at each depth
+	leafDepth int     // where the strings are; -1 until one is seen
+	seenLeaf  bool
+}
+
+func (t *tensorWalk) walk(data json.RawMessage, depth int) error {
 	const maxDepth = 8
-	var s string
-	if err := json.Unmarshal(data, &s); err == nil {
-		*out = append(*out, s)
+	const want = "data must be a list of strings (BYTES as UTF-8 text), nested as the shape if at all"
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '"' {
+		if t.seenLeaf && t.leafDepth != depth || len(t.dims) > depth {
+			return errors.New("data is ragged: " + want)
+		}
+		t.seenLeaf, t.leafDepth = true, depth
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		t.out = append(t.out, s)
 		return nil
 	}
 	var list []json.RawMessage
-	if depth >= maxDepth || json.Unmarshal(data, &list) != nil {
-		return errors.New("data must be a list of strings (BYTES as UTF-8 text)")
+	if depth >= maxDepth || len(data) == 0 || data[0] != '[' || json.Unmarshal(data, &list) != nil {
+		return errors.New(want)
+	}
+	switch {
+	case t.seenLeaf && t.leafDepth <= depth:
+		return errors.New("data is ragged: " + want)
+	case len(t.dims) == depth:
+		t.dims = append(t.dims, int64(len(list)))
+	case t.dims[depth] != int64(len(list)):
+		return fmt.Errorf("data is ragged: lists of %d and %d items at depth %d: %s", t.dims[depth], len(list), depth, want)
 	}
 	for _, item := range list {
-		if err := flatten(item, out, depth+1); err != nil {
+		if err := t.walk(item, depth+1); err != nil {
 			return err
 		}
 	}
@@ -146,6 +226,17 @@ func (req *InferRequest) boolParam(name string, def bool) bool {
 		return v
 	}
 	return def
+}
+
+// ServerMetadata is the body of GET /v2.
+type ServerMetadata struct {
+	Name       string   `json:"name"`
+	Version    string   `json:"version"`
+	Extensions []string `json:"extensions"`
+}
+
+func (s *Server) kserveServerMetadata(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, ServerMetadata{Name: "ortserve", Version: s.cfg.Info.Version, Extensions: []string{"binary_tensor_data"}})
 }
 
 func (s *Server) kserveLive(w http.ResponseWriter, _ *http.Request) {
@@ -160,19 +251,18 @@ func (s *Server) kserveReady(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"ready": true})
 }
 
-// kserveModel finds the model and version in the URL; on failure it has answered.
+// kserveModel finds the model and version in the URL, as the repository has them now; on
+// failure it has answered. A version segment in the URL must name one: an empty one
+// (/versions//infer) is not the default version.
 func (s *Server) kserveModel(w http.ResponseWriter, r *http.Request) (ModelInfo, string, bool) {
 	name, version := chi.URLParam(r, "model"), chi.URLParam(r, "version")
-	mi := s.modelInfo(name)
-	if mi.Name == "" {
-		known := make([]string, len(s.cfg.Info.Models))
-		for i, m := range s.cfg.Info.Models {
-			known[i] = m.Name
-		}
-		s.fail(w, r, &models.UnknownError{Kind: models.ErrUnknownModel, Name: name, Known: known})
+	mi, err := s.repo.Model(name)
+	if err != nil {
+		s.fail(w, r, err)
 		return mi, "", false
 	}
-	if version != "" && !slices.Contains(mi.Versions, version) {
+	hasVersion := slices.Contains(chi.RouteContext(r.Context()).URLParams.Keys, "version")
+	if hasVersion && !slices.Contains(mi.Versions, version) {
 		s.fail(w, r, &models.UnknownError{Kind: models.ErrUnknownVersion, Name: name + "/" + version, Known: mi.Versions})
 		return mi, "", false
 	}
@@ -224,23 +314,23 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req InferRequest
-	if !s.decode(w, r, &req) {
+	req, ok := s.readInferRequest(w, r)
+	if !ok {
 		return
 	}
 	texts, err := req.texts()
 	if err != nil {
-		writeShaped(w, http.StatusBadRequest, KServeError{Error: err.Error()})
+		writeError(w, r, http.StatusBadRequest, "Validation", err.Error())
 		return
 	}
 	truncate := req.boolParam("truncate", s.cfg.AutoTruncate)
-	if !s.checkInputs(w, texts, truncate) {
+	if !s.checkInputs(w, r, texts, truncate) {
 		return
 	}
 	task := models.Task(mi.Task)
 	for _, want := range req.Outputs {
 		if !slices.Contains(outputNames(task), want.Name) {
-			writeShaped(w, http.StatusBadRequest, KServeError{Error: fmt.Sprintf("unknown output %q: %s has %q", want.Name, mi.Name, outputNames(task))})
+			writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("unknown output %q: %s has %q", want.Name, mi.Name, outputNames(task)))
 			return
 		}
 	}
@@ -262,7 +352,7 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		labels := p.Labels()
+		labels := st.Labels
 		flat := make([]float32, 0, len(scores)*len(labels))
 		best := make([]string, len(scores))
 		for i, sc := range scores {
@@ -299,7 +389,7 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 	}
 	note(r, name, st)
 	setTiming(w, name, st, start)
-	writeEncoded(w, http.StatusOK, &InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs}, appendInferResponse)
+	writeInferResponse(w, r, &InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs}, req.binaryOutputs(outs))
 }
 
 // outputNames are the outputs infer returns for a task, as kserveMetadata describes them.

@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
 
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/tokenize"
@@ -10,8 +13,11 @@ import (
 // Pipeline is what the server needs of one model.
 type Pipeline interface {
 	Embed(ctx context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error)
+	// Classify's Stats.Labels name the scores' columns: they come from the same model
+	// generation as the scores, whatever reload happens meanwhile.
 	Classify(ctx context.Context, version string, texts []string, o models.ClassifyOptions) ([][]float32, models.Stats, error)
-	Labels() []string
+	// Dimension is the length of Embed's vectors (0: unknown).
+	Dimension() int
 	// Tokenize returns each text's tokens for display (/tokenize); the slices are the caller's.
 	Tokenize(texts []string, addSpecial bool) ([][]tokenize.Token, error)
 }
@@ -20,6 +26,10 @@ type Pipeline interface {
 type Repository interface {
 	// Lookup finds a model by name; "" means the first model that does task.
 	Lookup(name string, task models.Task) (Pipeline, string, error)
+	// Model describes one model as it serves now, without its scheduling state; an
+	// unknown name is a *models.UnknownError.
+	Model(name string) (ModelInfo, error)
+	// Describe describes every model as it serves now, for /info.
 	Describe() []ModelInfo
 }
 
@@ -43,16 +53,59 @@ func (r repo) Lookup(name string, task models.Task) (Pipeline, string, error) {
 	return h, h.Name(), nil
 }
 
+func (r repo) Model(name string) (ModelInfo, error) {
+	st, err := r.r.StatusOf(name)
+	if err != nil {
+		return ModelInfo{}, err
+	}
+	return r.info(st), nil
+}
+
 func (r repo) Describe() []ModelInfo {
 	var out []ModelInfo
 	for _, st := range r.r.Status() {
-		c := st.Config
-		out = append(out, ModelInfo{
-			Name: c.Name, Task: string(c.Task), MaxLength: c.MaxLength,
-			Versions: st.Versions, DefaultVersion: c.DefaultVersion, Traffic: c.Traffic,
-			Pooling: string(c.Pooling), Labels: c.Labels, Dimension: st.Dimension,
-			Reloads: st.Reloads, ReloadError: st.ReloadError, Scheduling: st.Scheduling,
-		})
+		out = append(out, r.info(st))
 	}
 	return out
+}
+
+// info is what /info says of a model. A reload error names files by their place in the
+// repository, never by absolute path: /info is for clients, who have no business knowing
+// the server's filesystem.
+func (r repo) info(st models.Status) ModelInfo {
+	c := st.Config
+	return ModelInfo{
+		Name: c.Name, Task: string(c.Task), MaxLength: c.MaxLength,
+		Versions: st.Versions, DefaultVersion: c.DefaultVersion, Traffic: c.Traffic,
+		Pooling: string(c.Pooling), Labels: c.Labels, Dimension: st.Dimension,
+		Reloads: st.Reloads, ReloadError: redactPaths(st.ReloadError, r.r.Root), Scheduling: st.Scheduling,
+	}
+}
+
+// absPath is an absolute path in a message: a '/' at the start or after a space, quote,
+// parenthesis, '=' or ':', up to the next such delimiter.
+var absPath = regexp.MustCompile(`(^|[\s"'(=:])(/[^\s"'()]+)`)
+
+// redactPaths rewrites the absolute paths in msg: those under root (as given, or with its
+// links resolved) relative to it, any other to its last element.
+func redactPaths(msg, root string) string {
+	if msg == "" {
+		return msg
+	}
+	roots := []string{filepath.Clean(root)}
+	if real, err := filepath.EvalSymlinks(root); err == nil && real != roots[0] {
+		roots = append(roots, real)
+	}
+	return absPath.ReplaceAllStringFunc(msg, func(m string) string {
+		lead, path := "", m
+		if m[0] != '/' {
+			lead, path = m[:1], m[1:]
+		}
+		for _, r := range roots {
+			if rel, err := filepath.Rel(r, path); err == nil && !strings.HasPrefix(rel, "..") {
+				return lead + rel
+			}
+		}
+		return lead + filepath.Base(path)
+	})
 }

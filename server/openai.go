@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,26 +73,29 @@ func openAIError(typ, param, code, msg string) OpenAIError {
 	return e
 }
 
-// openAIShape gives the server's errors OpenAI's shape; the status stays the server's.
-func openAIShape(code int, e ErrorResponse) any {
+// openAIErrorFor is OpenAI's error body for a status: its type and code follow the status
+// as OpenAI's own API sets them.
+func openAIErrorFor(code int, param, msg string) OpenAIError {
 	switch {
 	case code == http.StatusNotFound:
-		return openAIError("invalid_request_error", "model", "model_not_found", e.Error)
+		return openAIError("invalid_request_error", cmp.Or(param, "model"), "model_not_found", msg)
+	case code == http.StatusUnauthorized:
+		return openAIError("invalid_request_error", "", "invalid_api_key", msg)
 	case code == http.StatusTooManyRequests:
-		return openAIError("rate_limit_error", "", "rate_limit_exceeded", e.Error)
+		return openAIError("rate_limit_error", "", "rate_limit_exceeded", msg)
 	case code == http.StatusServiceUnavailable:
-		return openAIError("server_error", "", "service_unavailable", e.Error)
+		return openAIError("server_error", "", "service_unavailable", msg)
 	case code == http.StatusGatewayTimeout:
-		return openAIError("server_error", "", "timeout", e.Error)
+		return openAIError("server_error", "", "timeout", msg)
 	case code >= 500:
-		return openAIError("server_error", "", "", e.Error)
+		return openAIError("server_error", "", "", msg)
 	}
-	return openAIError("invalid_request_error", "", "", e.Error)
+	return openAIError("invalid_request_error", param, "", msg)
 }
 
 // badOpenAIRequest answers 400 for a field the handler itself found wrong.
-func badOpenAIRequest(w http.ResponseWriter, param, msg string) {
-	writeShaped(w, http.StatusBadRequest, openAIError("invalid_request_error", param, "", msg))
+func badOpenAIRequest(w http.ResponseWriter, r *http.Request, param, msg string) {
+	writeParamError(w, r, http.StatusBadRequest, "Validation", param, msg)
 }
 
 // parseOpenAIInput reads OpenAI's `input`: a string or a list of strings. Token ids (a list of
@@ -124,13 +128,20 @@ func parseOpenAIInput(raw json.RawMessage) ([]string, error) {
 	return texts, nil
 }
 
-// splitModelName reads OpenAI's `model`: "minilm", "minilm/int8" or "minilm:int8". Model names
-// holding ':' or '/' cannot be addressed this way.
-func splitModelName(s string) (name, version string) {
-	if i := strings.LastIndexAny(s, ":/"); i >= 0 {
-		return s[:i], s[i+1:]
+// splitModelName reads OpenAI's `model`: "minilm", "minilm/int8" or "minilm:int8"; "" is the
+// first embed model. A separator must have a name before it and a version after it: "minilm:"
+// and ":int8" are refused, not read as the default. Model names holding ':' or '/' cannot be
+// addressed this way.
+func splitModelName(s string) (name, version string, err error) {
+	i := strings.LastIndexAny(s, ":/")
+	if i < 0 {
+		return s, "", nil
 	}
-	return s, ""
+	name, version = s[:i], s[i+1:]
+	if name == "" || version == "" {
+		return "", "", fmt.Errorf("model %q: give a model name, optionally with a version, as name, name/version or name:version (see /info)", s)
+	}
+	return name, version, nil
 }
 
 func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
@@ -141,10 +152,10 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	texts, err := parseOpenAIInput(req.Input)
 	if err != nil {
-		badOpenAIRequest(w, "input", err.Error())
+		badOpenAIRequest(w, r, "input", err.Error())
 		return
 	}
-	if !s.checkInputs(w, texts, s.truncate(nil)) {
+	if !s.checkInputs(w, r, texts, s.truncate(nil)) {
 		return
 	}
 	base64Out := false
@@ -153,18 +164,22 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 	case "base64":
 		base64Out = true
 	default:
-		badOpenAIRequest(w, "encoding_format", fmt.Sprintf("encoding_format %q is not one of \"float\", \"base64\"", req.EncodingFormat))
+		badOpenAIRequest(w, r, "encoding_format", fmt.Sprintf("encoding_format %q is not one of \"float\", \"base64\"", req.EncodingFormat))
 		return
 	}
-	name, version := splitModelName(req.Model)
+	name, version, err := splitModelName(req.Model)
+	if err != nil {
+		badOpenAIRequest(w, r, "model", err.Error())
+		return
+	}
 	p, name, err := s.repo.Lookup(name, models.TaskEmbed)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	dim := s.modelInfo(name).Dimension
+	dim := p.Dimension()
 	if d := req.Dimensions; d != nil && (*d <= 0 || (dim > 0 && *d != dim)) {
-		badOpenAIRequest(w, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, dim))
+		badOpenAIRequest(w, r, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, dim))
 		return
 	}
 	vecs, st, err := p.Embed(r.Context(), version, texts, models.EmbedOptions{Truncate: s.truncate(nil), Normalize: true})
@@ -180,7 +195,7 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	for i, v := range vecs {
 		if d := req.Dimensions; d != nil && *d != len(v) {
-			badOpenAIRequest(w, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, len(v)))
+			badOpenAIRequest(w, r, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, len(v)))
 			return
 		}
 		resp.Data[i] = OpenAIEmbedding{Object: "embedding", Index: i, Embedding: v}
@@ -190,15 +205,5 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	note(r, name, st)
 	setTiming(w, name, st, start)
-	writeEncoded(w, http.StatusOK, &resp, appendOpenAIResponse)
-}
-
-// modelInfo is what Describe said of a model; the zero ModelInfo when it said nothing.
-func (s *Server) modelInfo(name string) ModelInfo {
-	for _, mi := range s.cfg.Info.Models {
-		if mi.Name == name {
-			return mi
-		}
-	}
-	return ModelInfo{}
+	writeEncoded(w, r, http.StatusOK, &resp, appendOpenAIResponse)
 }

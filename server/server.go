@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -46,6 +47,13 @@ type Config struct {
 	MaxInFlight int
 	// RequestTimeout is a request's deadline when it sets no X-Request-Timeout; 0: none.
 	RequestTimeout time.Duration
+	// APIKeys, when any, are required of every request as "Authorization: Bearer KEY"
+	// (guard.go), but on the routes AuthExempt names (health, metrics).
+	APIKeys    []string
+	AuthExempt []string
+	// AllowedHosts, when any, are the only Host names (lower case, no port) answered; others
+	// get 403.
+	AllowedHosts []string
 }
 
 // DefaultConfig has the defaults `server serve` uses.
@@ -61,59 +69,77 @@ type Server struct {
 	metrics  *Metrics
 	ready    atomic.Bool
 	inFlight chan struct{} // a token per inference request being served
+	keys     keyring
 }
 
 // New makes a Server; it is not ready until SetReady(true). metrics may be nil.
 func New(cfg Config, repo Repository, log *slog.Logger, metrics *Metrics) *Server {
-	cfg.Info.Models = repo.Describe()
+	cfg.Info.FallbackReason = redactPaths(cfg.Info.FallbackReason, "") // no paths in /info
 	cfg.Info.MaxInputs = cfg.MaxInputs
 	cfg.Info.AutoTruncate = cfg.AutoTruncate
 	if metrics == nil {
 		metrics = NewMetrics(prometheus.NewRegistry())
 	}
 	metrics.describeFrom(repo.Describe)
-	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight))}
+	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight)), keys: newKeyring(cfg.APIKeys)}
 }
 
 // SetReady flips readiness: /health answers 503 while not ready, as during shutdown.
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
-// Handler is the server's routes.
+// Handler is the server's routes, in three groups, one per API family (family.go): each
+// group answers its errors, its unknown routes included, in its family's shape.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Get("/health", s.health)
-	r.Get("/info", s.info)
-	r.With(s.admit("/embed")).Post("/embed", s.embed)
-	r.With(s.admit("/predict")).Post("/predict", s.predict)
-	r.Post("/tokenize", s.tokenize)
-	// OpenAI and KServe answer errors in their own shape; statuses stay fail's (errshape.go).
-	openAI := r.With(shapeErrors(openAIShape))
-	openAI.With(s.admit("/v1/embeddings")).Post("/v1/embeddings", s.openAIEmbeddings)
-	kserve := r.With(shapeErrors(kserveShape))
-	kserve.Get("/v2/health/live", s.kserveLive)
-	kserve.Get("/v2/health/ready", s.kserveReady)
-	kserve.Get("/v2/models/{model}", s.kserveMetadata)
-	kserve.Get("/v2/models/{model}/ready", s.kserveModelReady)
-	kserve.With(s.admit("/v2/models/{model}/infer")).Post("/v2/models/{model}/infer", s.kserveInfer)
-	kserve.Get("/v2/models/{model}/versions/{version}", s.kserveMetadata)
-	kserve.Get("/v2/models/{model}/versions/{version}/ready", s.kserveModelReady)
-	kserve.With(s.admit("/v2/models/{model}/versions/{version}/infer")).Post("/v2/models/{model}/versions/{version}/infer", s.kserveInfer)
-	r.Get("/openapi.json", s.openAPI)
-	if s.cfg.Metrics != nil {
-		r.Method(http.MethodGet, "/metrics", s.cfg.Metrics)
-	}
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusNotFound, "NotFound", "no such route: see /info and docs/api.md")
+	r.Use(s.checkHost, s.authorize)
+	r.NotFound(s.notFound)
+	r.MethodNotAllowed(s.methodNotAllowed)
+	r.Group(func(r chi.Router) { // TEI's routes and ortserve's own
+		r.Get("/health", s.health)
+		r.Get("/info", s.info)
+		r.With(s.admit("/embed")).Post("/embed", s.embed)
+		r.With(s.admit("/predict")).Post("/predict", s.predict)
+		r.With(s.admit("/")).Post("/", s.root) // TEI's route for its model: tei_root.go
+		r.Post("/tokenize", s.tokenize)
+		r.Get("/openapi.json", s.openAPI)
+		if s.cfg.Metrics != nil {
+			r.Method(http.MethodGet, "/metrics", s.cfg.Metrics)
+		}
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, "Validation", r.Method+" is not allowed here")
+	r.Route("/v1", func(r chi.Router) { // OpenAI's
+		r.Use(inFamily(familyOpenAI))
+		r.NotFound(s.notFound)
+		r.MethodNotAllowed(s.methodNotAllowed)
+		r.With(s.admit("/v1/embeddings")).Post("/embeddings", s.openAIEmbeddings)
+	})
+	r.Route("/v2", func(r chi.Router) { // KServe's Open Inference Protocol
+		r.Use(inFamily(familyKServe))
+		r.NotFound(s.notFound)
+		r.MethodNotAllowed(s.methodNotAllowed)
+		r.Get("/", s.kserveServerMetadata) // GET /v2 (and /v2/)
+		r.Get("/health/live", s.kserveLive)
+		r.Get("/health/ready", s.kserveReady)
+		r.Get("/models/{model}", s.kserveMetadata)
+		r.Get("/models/{model}/ready", s.kserveModelReady)
+		r.With(s.admit("/v2/models/{model}/infer")).Post("/models/{model}/infer", s.kserveInfer)
+		r.Get("/models/{model}/versions/{version}", s.kserveMetadata)
+		r.Get("/models/{model}/versions/{version}/ready", s.kserveModelReady)
+		r.With(s.admit("/v2/models/{model}/versions/{version}/infer")).Post("/models/{model}/versions/{version}/infer", s.kserveInfer)
 	})
 	return r
 }
 
-func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, r, http.StatusNotFound, "NotFound", "no such route: "+r.Method+" "+r.URL.Path+": see /info and docs/api.md")
+}
+
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	writeError(w, r, http.StatusMethodNotAllowed, "Validation", r.Method+" is not allowed on "+r.URL.Path+": see docs/api.md")
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
-		writeError(w, http.StatusServiceUnavailable, "Unhealthy", "not ready")
+		writeError(w, r, http.StatusServiceUnavailable, "Unhealthy", "not ready")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -125,8 +151,10 @@ func (s *Server) info(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, info)
 }
 
-// reqInfo is what a handler learns about a request that its metrics need.
+// reqInfo is what admit learns of a request before its handler runs (its body) and what
+// the handler learns that the request's metrics need.
 type reqInfo struct {
+	body           []byte // read by admit before the request took a slot
 	model, version string
 	stats          models.Stats
 }
@@ -153,8 +181,15 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// admit guards an inference route: the global in-flight cap (429 at once past it), the
-// request's deadline, and its metrics.
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// admit guards an inference route, in this order: its metrics; the X-Request-Timeout
+// header; the whole body, read (bounded by MaxBodyBytes, and in time by the connection's
+// read deadline, serve's --read-timeout) before anything is held, so that a client that
+// trickles its body holds a goroutine and a connection but never one of the MaxInFlight
+// slots; then the in-flight cap (429 at once past it); then the request's deadline, which
+// runs from here, when the server starts to work for it.
 func (s *Server) admit(route string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -164,26 +199,31 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 			defer func() {
 				s.metrics.observe(route, ri.model, ri.version, cmp.Or(sw.code, http.StatusOK), ri.stats, time.Since(start))
 			}()
+			timeout := s.cfg.RequestTimeout
+			if h := r.Header.Get("X-Request-Timeout"); h != "" {
+				d, err := parseTimeout(h)
+				if err != nil {
+					writeError(sw, r, http.StatusBadRequest, "Validation", "X-Request-Timeout "+strconv.Quote(h)+": give milliseconds or a duration such as 250ms")
+					return
+				}
+				timeout = d
+			}
+			body, ok := s.readBody(sw, r)
+			if !ok {
+				return
+			}
+			ri.body = body
 			select {
 			case s.inFlight <- struct{}{}:
 				defer func() { <-s.inFlight }()
 			default:
 				setRetryAfter(sw, time.Second)
-				writeError(sw, http.StatusTooManyRequests, "Overloaded", fmt.Sprintf("the server is at its limit of %d requests in flight: retry after a second", cap(s.inFlight)))
+				writeError(sw, r, http.StatusTooManyRequests, "Overloaded", fmt.Sprintf("the server is at its limit of %d requests in flight: retry after a second", cap(s.inFlight)))
 				return
 			}
 			s.metrics.inFlight.Inc()
 			defer s.metrics.inFlight.Dec()
-			timeout := s.cfg.RequestTimeout
-			if h := r.Header.Get("X-Request-Timeout"); h != "" {
-				d, err := parseTimeout(h)
-				if err != nil {
-					writeError(sw, http.StatusBadRequest, "Validation", "X-Request-Timeout "+strconv.Quote(h)+": give milliseconds or a duration such as 250ms")
-					return
-				}
-				timeout = d
-			}
-			ctx := runtime.WithArrival(context.WithValue(r.Context(), infoKey{}, ri), start)
+			ctx := runtime.WithArrival(context.WithValue(r.Context(), infoKey{}, ri), time.Now())
 			if timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -195,7 +235,9 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 }
 
 func parseTimeout(h string) (time.Duration, error) {
-	if ms, err := strconv.ParseFloat(h, 64); err == nil && ms > 0 {
+	// Milliseconds past what a Duration holds (Inf included) are refused rather than
+	// converted: the conversion overflows, on amd64 to a negative duration, that is no deadline.
+	if ms, err := strconv.ParseFloat(h, 64); err == nil && ms > 0 && ms < float64(math.MaxInt64/int64(time.Millisecond)) {
 		return time.Duration(ms * float64(time.Millisecond)), nil
 	}
 	d, err := time.ParseDuration(h)
@@ -212,7 +254,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	truncate := s.truncate(req.Truncate)
-	if !s.checkInputs(w, req.Inputs, truncate) {
+	if !s.checkInputs(w, r, req.Inputs, truncate) {
 		return
 	}
 	p, name, err := s.repo.Lookup(req.Model, models.TaskEmbed)
@@ -228,7 +270,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	}
 	note(r, name, st)
 	setTiming(w, name, st, start)
-	writeEncoded(w, http.StatusOK, vecs, appendEmbeddings)
+	writeEncoded(w, r, http.StatusOK, vecs, appendEmbeddings)
 }
 
 func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
@@ -237,16 +279,12 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	texts := make([]string, len(req.Inputs.Seqs))
-	for i, seq := range req.Inputs.Seqs {
-		if len(seq) != 1 {
-			writeError(w, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("input %d is a pair of texts: the served classifiers take one text each", i))
-			return
-		}
-		texts[i] = seq[0]
+	texts, ok := singles(w, r, req.Inputs)
+	if !ok {
+		return
 	}
 	truncate := s.truncate(req.Truncate)
-	if !s.checkInputs(w, texts, truncate) {
+	if !s.checkInputs(w, r, texts, truncate) {
 		return
 	}
 	p, name, err := s.repo.Lookup(req.Model, models.TaskClassify)
@@ -259,7 +297,33 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	labels := p.Labels()
+	out := rankPredictions(scores, st.Labels)
+	note(r, name, st)
+	setTiming(w, name, st, start)
+	if req.Inputs.Single {
+		writeEncoded(w, r, http.StatusOK, out[0], appendPredictions)
+		return
+	}
+	writeEncoded(w, r, http.StatusOK, out, appendPredictionRows)
+}
+
+// singles is the texts of /predict's inputs, each a single text: the served classifiers
+// take no pairs. On a pair it has answered.
+func singles(w http.ResponseWriter, r *http.Request, in PredictInputs) ([]string, bool) {
+	texts := make([]string, len(in.Seqs))
+	for i, seq := range in.Seqs {
+		if len(seq) != 1 {
+			writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("input %d is a pair of texts: the served classifiers take one text each", i))
+			return nil, false
+		}
+		texts[i] = seq[0]
+	}
+	return texts, true
+}
+
+// rankPredictions pairs each row of scores with labels, sorted by score, highest first (ties
+// in label order), as /predict answers them.
+func rankPredictions(scores [][]float32, labels []string) [][]Prediction {
 	out := make([][]Prediction, len(scores))
 	for i, sc := range scores {
 		out[i] = make([]Prediction, len(sc))
@@ -268,13 +332,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		}
 		slices.SortStableFunc(out[i], func(a, b Prediction) int { return cmpDesc(a.Score, b.Score) })
 	}
-	note(r, name, st)
-	setTiming(w, name, st, start)
-	if req.Inputs.Single {
-		writeEncoded(w, http.StatusOK, out[0], appendPredictions)
-		return
-	}
-	writeEncoded(w, http.StatusOK, out, appendPredictionRows)
+	return out
 }
 
 func cmpDesc(a, b float32) int {
@@ -294,23 +352,56 @@ func (s *Server) truncate(req *bool) bool {
 	return *req
 }
 
-// decode reads a bounded JSON body into v, answering the client itself on failure.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+// readBody checks r's Content-Type and reads its body, bounded by MaxBodyBytes; on failure
+// it has answered. JSON routes take application/json only: a browser can send text/plain or
+// a form to any address without asking (CORS "simple" requests), and must not be able to
+// make this server compute. KServe's infer also takes its binary tensor extension.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if err := checkContentType(r); err != nil {
+		writeError(w, r, http.StatusUnsupportedMediaType, "Validation", err.Error())
+		return nil, false
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("request body is over the limit of %d bytes: send fewer or shorter inputs", s.cfg.MaxBodyBytes))
-			return false
+			writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("request body is over the limit of %d bytes: send fewer or shorter inputs", s.cfg.MaxBodyBytes))
+			return nil, false
 		}
-		writeError(w, http.StatusBadRequest, "Validation", "reading the request body: "+err.Error())
+		writeError(w, r, http.StatusBadRequest, "Validation", "reading the request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// body is r's body: as admit read it, or read now for a route admit does not guard.
+func (s *Server) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if ri, ok := r.Context().Value(infoKey{}).(*reqInfo); ok && ri.body != nil {
+		return ri.body, true
+	}
+	return s.readBody(w, r)
+}
+
+// decode reads a JSON body into v, answering the client itself on failure.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, ok := s.body(w, r)
+	if !ok {
 		return false
 	}
 	if err := decodeJSON(body, v); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "Validation", "bad JSON body: "+err.Error())
+		badJSON(w, r, "bad JSON body: ", err)
 		return false
 	}
 	return true
+}
+
+// badJSON answers decodeJSON's error: 400 for a body that is not UTF-8, else 422.
+func badJSON(w http.ResponseWriter, r *http.Request, what string, err error) {
+	code := http.StatusUnprocessableEntity
+	if errors.Is(err, errNotUTF8) {
+		code = http.StatusBadRequest
+	}
+	writeError(w, r, code, "Validation", what+err.Error())
 }
 
 // checkInputs holds a request's texts to the limits: at least one, at most MaxInputs, and at
@@ -318,13 +409,13 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // tokenization. A text over MaxInputChars is cut to it in place when truncate (the request's
 // effective "truncate") is set, and refused otherwise. On a violation it answers the client
 // itself, naming the limit, and returns false.
-func (s *Server) checkInputs(w http.ResponseWriter, texts []string, truncate bool) bool {
+func (s *Server) checkInputs(w http.ResponseWriter, r *http.Request, texts []string, truncate bool) bool {
 	switch n := len(texts); {
 	case n == 0:
-		writeError(w, http.StatusUnprocessableEntity, "Empty", "inputs is empty: send at least one text")
+		writeError(w, r, http.StatusUnprocessableEntity, "Empty", "inputs is empty: send at least one text")
 		return false
 	case n > s.cfg.MaxInputs:
-		writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%d inputs is over the limit of %d per request (max_client_batch_size): split the request", n, s.cfg.MaxInputs))
+		writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%d inputs is over the limit of %d per request (max_client_batch_size): split the request", n, s.cfg.MaxInputs))
 		return false
 	}
 	limit := s.cfg.MaxInputChars
@@ -340,7 +431,7 @@ func (s *Server) checkInputs(w http.ResponseWriter, texts []string, truncate boo
 			continue
 		}
 		if !truncate {
-			writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d characters, over the limit of %d (max_input_chars): shorten it or send \"truncate\": true", i, chars, limit))
+			writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d characters, over the limit of %d (max_input_chars): shorten it or send \"truncate\": true", i, chars, limit))
 			return false
 		}
 		texts[i] = cutChars(text, limit)
@@ -371,33 +462,33 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &overload):
 		setRetryAfter(w, overload.RetryAfter)
-		writeError(w, http.StatusTooManyRequests, "Overloaded", overloadMessage(overload))
+		writeError(w, r, http.StatusTooManyRequests, "Overloaded", overloadMessage(overload))
 	case errors.Is(err, runtime.ErrQueueFull):
 		setRetryAfter(w, time.Second)
-		writeError(w, http.StatusTooManyRequests, "Overloaded", "the model version's queue is full: retry after a second")
+		writeError(w, r, http.StatusTooManyRequests, "Overloaded", "the model version's queue is full: retry after a second")
 	case errors.Is(err, runtime.ErrOverloaded):
 		setRetryAfter(w, time.Second)
-		writeError(w, http.StatusTooManyRequests, "Overloaded", "the model version is overloaded: retry after a second")
+		writeError(w, r, http.StatusTooManyRequests, "Overloaded", "the model version is overloaded: retry after a second")
 	case errors.As(err, &tooLong):
-		writeError(w, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
+		writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
 	case errors.As(err, &unknown):
-		writeError(w, http.StatusNotFound, "NotFound", unknownMessage(unknown))
+		writeError(w, r, http.StatusNotFound, "NotFound", unknownMessage(unknown))
 	case errors.As(err, &wrongTask):
 		route := "/embed"
 		if wrongTask.Task == models.TaskClassify {
 			route = "/predict"
 		}
-		writeError(w, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
+		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
 		w.WriteHeader(499)
 	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "Timeout", "the request's deadline passed before it was served")
+		writeError(w, r, http.StatusGatewayTimeout, "Timeout", "the request's deadline passed before it was served")
 	case errors.Is(err, runtime.ErrClosed):
-		writeError(w, http.StatusServiceUnavailable, "Unhealthy", "the server is shutting down: retry on another replica")
+		writeError(w, r, http.StatusServiceUnavailable, "Unhealthy", "the server is shutting down: retry on another replica")
 	default:
 		s.log.Error("request failed", "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusInternalServerError, "Backend", "inference failed: "+err.Error())
+		writeError(w, r, http.StatusInternalServerError, "Backend", "inference failed: "+err.Error())
 	}
 }
 
@@ -452,16 +543,9 @@ func ms(d time.Duration) string {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "Backend", "encoding the response: "+err.Error())
+		writeError(w, nil, http.StatusInternalServerError, "Backend", "encoding the response: "+err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(append(data, '\n'))
-}
-
-func writeError(w http.ResponseWriter, code int, kind, msg string) {
-	data, _ := json.Marshal(ErrorResponse{Error: msg, ErrorType: kind})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	w.Write(append(data, '\n'))

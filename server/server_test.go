@@ -60,10 +60,12 @@ func (f *fakeModel) Classify(_ context.Context, version string, texts []string, 
 			models.Softmax(out[i])
 		}
 	}
-	return out, models.Stats{Version: "v1"}, nil
+	return out, models.Stats{Version: "v1", Labels: f.Labels()}, nil
 }
 
 func (f *fakeModel) Labels() []string { return []string{"negative", "positive"} }
+
+func (f *fakeModel) Dimension() int { return 3 }
 
 // Tokenize gives a token per space-separated word, with id the word's length, between
 // [CLS]=101 and [SEP]=102.
@@ -114,6 +116,20 @@ func (r fakeRepo) Describe() []ModelInfo {
 	return []ModelInfo{{Name: "emb", Task: "embed", Versions: []string{"v1"}}}
 }
 
+func (r fakeRepo) Model(name string) (ModelInfo, error) { return modelIn(r.Describe(), name) }
+
+// modelIn is Repository.Model for a fake whose Describe lists every model.
+func modelIn(all []ModelInfo, name string) (ModelInfo, error) {
+	var known []string
+	for _, mi := range all {
+		if mi.Name == name {
+			return mi, nil
+		}
+		known = append(known, mi.Name)
+	}
+	return ModelInfo{}, &models.UnknownError{Kind: models.ErrUnknownModel, Name: name, Known: known}
+}
+
 func newTestServer(t *testing.T, repo fakeRepo) *httptest.Server {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -151,8 +167,10 @@ func TestEmbed(t *testing.T) {
 		{"empty list", `{"inputs":[]}`, 422, `"error_type":"Empty"`},
 		{"too many", `{"inputs":["a","b","c","d","e"]}`, 413, `over the limit of 4`},
 		{"bad json", `{"inputs":`, 422, `bad JSON body`},
-		{"wrong type", `{"inputs":3}`, 422, `inputs must be a string or a list of strings`},
+		{"wrong type", `{"inputs":3}`, 422, `inputs is a number: send a string or a list of strings`},
 		{"trailing data", `{"inputs":"a"} {}`, 422, `unexpected data`},
+		{"trailing brace", `{"inputs":"a"}}`, 422, `unexpected data`},
+		{"trailing bracket", `{"inputs":"a"} ]`, 422, `unexpected data`},
 		{"unknown model", `{"inputs":"a","model":"nope"}`, 404, `unknown model`},
 		{"wrong task", `{"inputs":"a","model":"cls"}`, 400, `use /predict`},
 		{"body too big", `{"inputs":"` + strings.Repeat("x", 2000) + `"}`, 413, `request body is over the limit`},
@@ -248,7 +266,7 @@ func TestHealthInfoMetrics(t *testing.T) {
 	m := NewMetrics(reg)
 	cfg.Info = Info{Version: "test", Provider: "CPUExecutionProvider"}
 	s := New(cfg, fakeRepo{}, slog.New(slog.DiscardHandler), m)
-	m.SetProviders("CPUExecutionProvider", s.cfg.Info.Models)
+	m.SetProviders("CPUExecutionProvider", s.repo.Describe())
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	get := func(path string) (int, string) {
@@ -336,6 +354,7 @@ type oneRepo struct{ p Pipeline }
 
 func (r oneRepo) Lookup(string, models.Task) (Pipeline, string, error) { return r.p, "emb", nil }
 func (r oneRepo) Describe() []ModelInfo                                { return nil }
+func (r oneRepo) Model(name string) (ModelInfo, error)                 { return modelIn(nil, name) }
 
 func TestInFlightCapAndDeadline(t *testing.T) {
 	cfg := DefaultConfig()
@@ -372,6 +391,7 @@ func TestInFlightCapAndDeadline(t *testing.T) {
 	// A request deadline from the header: the blocked model sees its context end.
 	m.release = make(chan struct{})
 	req, _ := http.NewRequest("POST", ts.URL+"/embed", strings.NewReader(`{"inputs":"a"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Timeout", "20ms")
 	go func() { <-m.started }()
 	r2, err := http.DefaultClient.Do(req)

@@ -32,7 +32,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// /tokenize has no "truncate": it follows the server's auto_truncate.
-	if !s.checkInputs(w, req.Inputs, s.cfg.AutoTruncate) {
+	if !s.checkInputs(w, r, req.Inputs, s.cfg.AutoTruncate) {
 		return
 	}
 	p, _, err := s.repo.Lookup(req.Model, models.TaskEmbed)

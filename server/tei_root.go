@@ -1,0 +1,242 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ortserve/ortserve/models"
+)
+
+// POST / is TEI's route for the one model it serves: it does what the model's task does,
+// /embed's work for an embed model and /predict's for a classifier. ortserve serves many:
+// POST / serves the one the body names with "model" (and "version"), as /embed does; else
+// the first model (by name) of the task the body asks for (rootModel); else the first.
+//
+// It is also where huggingface_hub's InferenceClient(model="http://host:port") sends its
+// tasks, in the Hugging Face Inference API's shapes:
+//
+//   - feature_extraction: {"inputs": ..., "normalize", "truncate", "truncation_direction",
+//     "prompt_name", "dimensions", "encoding_format"}, the fields at the top level, as TEI's.
+//     Its answer is /embed's.
+//   - text_classification: {"inputs": "text", "parameters": {"top_k", "function_to_apply"}};
+//     the client sends "parameters" always, if only {}. The client reads one list of
+//     predictions per input, [[...]], and takes the first: so a request with "parameters" is
+//     answered in that shape, the list cut to top_k, where TEI's /predict answers a single
+//     text with one flat list (from which the client would keep the first prediction alone).
+
+// RootRequest is the body of POST /: TEI's /embed or /predict body, by the model's task, with
+// the Inference API's fields huggingface_hub sends. Fields for the other task are ignored.
+type RootRequest struct {
+	// Inputs is /embed's (a string or a list of strings) or /predict's (a string, a pair, or
+	// a batch of lists).
+	Inputs  json.RawMessage `json:"inputs"`
+	Model   string          `json:"model,omitempty"`
+	Version string          `json:"version,omitempty"`
+	// Truncate defaults to the server's auto_truncate.
+	Truncate *bool `json:"truncate,omitempty"`
+
+	// For embed models: Normalize defaults to true. TruncationDirection may be "right" (the
+	// served models cut on the right only); PromptName must be absent (the served models
+	// have no prompts); Dimensions, if set, must be the model's; EncodingFormat may be
+	// "float" (the route answers floats only).
+	Normalize           *bool   `json:"normalize,omitempty"`
+	TruncationDirection string  `json:"truncation_direction,omitempty"`
+	PromptName          *string `json:"prompt_name,omitempty"`
+	Dimensions          *int    `json:"dimensions,omitempty"`
+	EncodingFormat      string  `json:"encoding_format,omitempty"`
+
+	// For classify models: RawScores as /predict's. Parameters, when present (even empty),
+	// asks for the Inference API's text-classification answer: a list of predictions per
+	// input.
+	RawScores  bool                      `json:"raw_scores,omitempty"`
+	Parameters *TextClassificationParams `json:"parameters,omitempty"`
+}
+
+// TextClassificationParams are the Inference API's text-classification parameters.
+type TextClassificationParams struct {
+	// TopK, when set, keeps the k best predictions of each input (at least 1).
+	TopK *int `json:"top_k,omitempty"`
+	// FunctionToApply is "softmax" (the default: probabilities), "sigmoid" (each logit on
+	// its own) or "none" (the logits).
+	FunctionToApply string `json:"function_to_apply,omitempty"`
+}
+
+func (s *Server) root(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req RootRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if len(req.Inputs) == 0 {
+		req.Inputs = json.RawMessage("null")
+	}
+	task := models.TaskEmbed
+	if req.Parameters != nil {
+		task = models.TaskClassify
+	}
+	mi, err := s.rootModel(req.Model, task)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if mi.Task == string(models.TaskClassify) {
+		s.rootClassify(w, r, &req, mi.Name, start)
+		return
+	}
+	s.rootEmbed(w, r, &req, mi.Name, start)
+}
+
+// rootModel is the model POST / serves: the one named; else the first (by name) that does
+// task, the task the body's shape asks for (text classification's "parameters", which
+// huggingface_hub always sends, or else embedding), so that InferenceClient(model=URL) finds
+// the classifier and the embedder of one server; else the first model.
+func (s *Server) rootModel(name string, task models.Task) (ModelInfo, error) {
+	if name != "" {
+		return s.repo.Model(name)
+	}
+	all := s.repo.Describe()
+	if len(all) == 0 {
+		return ModelInfo{}, &models.UnknownError{Kind: models.ErrUnknownModel, Name: "(the first model)"}
+	}
+	for _, mi := range all {
+		if mi.Task == string(task) {
+			return mi, nil
+		}
+	}
+	return all[0], nil
+}
+
+func (s *Server) rootEmbed(w http.ResponseWriter, r *http.Request, req *RootRequest, model string, start time.Time) {
+	var inputs Inputs
+	if err := json.Unmarshal(req.Inputs, &inputs); err != nil {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "bad JSON body: "+err.Error())
+		return
+	}
+	if p := req.Parameters; p != nil && (p.TopK != nil || p.FunctionToApply != "") {
+		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is an embed model, and top_k and function_to_apply are text classification's: name a classify model in \"model\", or leave them out", model))
+		return
+	}
+	if err := req.checkEmbedFields(); err != nil {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", err.Error())
+		return
+	}
+	truncate := s.truncate(req.Truncate)
+	if !s.checkInputs(w, r, inputs, truncate) {
+		return
+	}
+	p, name, err := s.repo.Lookup(model, models.TaskEmbed)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if d := req.Dimensions; d != nil && (*d <= 0 || (p.Dimension() > 0 && *d != p.Dimension())) {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, p.Dimension()))
+		return
+	}
+	opts := models.EmbedOptions{Truncate: truncate, Normalize: req.Normalize == nil || *req.Normalize}
+	vecs, st, err := p.Embed(r.Context(), req.Version, inputs, opts)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	note(r, name, st)
+	setTiming(w, name, st, start)
+	writeEncoded(w, r, http.StatusOK, vecs, appendEmbeddings)
+}
+
+// checkEmbedFields refuses the embedding fields that ask for what the served models cannot
+// do, rather than ignore them and answer something else than was asked.
+func (req *RootRequest) checkEmbedFields() error {
+	switch strings.ToLower(req.TruncationDirection) {
+	case "", "right":
+	case "left":
+		return fmt.Errorf("truncation_direction %q is not served: inputs are cut on the right; send \"right\" or leave it out", req.TruncationDirection)
+	default:
+		return fmt.Errorf("truncation_direction %q is not one of \"left\", \"right\"", req.TruncationDirection)
+	}
+	if req.PromptName != nil {
+		return fmt.Errorf("prompt_name %q: the served models have no prompts: put the prompt in the text and leave prompt_name out", *req.PromptName)
+	}
+	switch req.EncodingFormat {
+	case "", "float":
+	default:
+		return fmt.Errorf("encoding_format %q is not served here: POST / answers floats (send \"float\" or leave it out; /v1/embeddings serves \"base64\")", req.EncodingFormat)
+	}
+	return nil
+}
+
+func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootRequest, model string, start time.Time) {
+	var inputs PredictInputs
+	if err := json.Unmarshal(req.Inputs, &inputs); err != nil {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "bad JSON body: "+err.Error())
+		return
+	}
+	texts, ok := singles(w, r, inputs)
+	if !ok {
+		return
+	}
+	raw, sigmoid := req.RawScores, false
+	topK := 0 // all
+	if p := req.Parameters; p != nil {
+		switch p.FunctionToApply {
+		case "":
+		case "softmax":
+			raw = false
+		case "sigmoid":
+			raw, sigmoid = true, true
+		case "none":
+			raw = true
+		default:
+			writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("parameters.function_to_apply %q is not one of \"softmax\", \"sigmoid\", \"none\"", p.FunctionToApply))
+			return
+		}
+		if p.TopK != nil {
+			if *p.TopK < 1 {
+				writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("parameters.top_k %d: keep at least 1 prediction, or leave top_k out for all", *p.TopK))
+				return
+			}
+			topK = *p.TopK
+		}
+	}
+	truncate := s.truncate(req.Truncate)
+	if !s.checkInputs(w, r, texts, truncate) {
+		return
+	}
+	p, name, err := s.repo.Lookup(model, models.TaskClassify)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	scores, st, err := p.Classify(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Raw: raw})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if sigmoid {
+		for _, row := range scores {
+			for j, x := range row {
+				row[j] = float32(1 / (1 + math.Exp(-float64(x))))
+			}
+		}
+	}
+	out := rankPredictions(scores, st.Labels)
+	note(r, name, st)
+	setTiming(w, name, st, start)
+	switch {
+	case req.Parameters != nil: // the Inference API's answer: a list per input
+		for i := range out {
+			if topK > 0 && topK < len(out[i]) {
+				out[i] = out[i][:topK]
+			}
+		}
+		writeEncoded(w, r, http.StatusOK, out, appendPredictionRows)
+	case inputs.Single:
+		writeEncoded(w, r, http.StatusOK, out[0], appendPredictions)
+	default:
+		writeEncoded(w, r, http.StatusOK, out, appendPredictionRows)
+	}
+}
