@@ -17,14 +17,7 @@ import (
 // decodes the bytes itself). The client runs in the small venv `make clients` builds
 // (scripts/clients.sh), which `make test` names in ORTSERVE_CLIENTS_VENV.
 func TestOpenAIPythonClient(t *testing.T) {
-	venv := os.Getenv("ORTSERVE_CLIENTS_VENV")
-	if venv == "" {
-		t.Fatal("ORTSERVE_CLIENTS_VENV is not set: run these tests with `make test`, which builds the clients venv (make clients)")
-	}
-	python := filepath.Join(venv, "bin", "python")
-	if _, err := os.Stat(python); err != nil {
-		t.Fatalf("ORTSERVE_CLIENTS_VENV=%s has no bin/python: run `make clients` (or `make test`): %v", venv, err)
-	}
+	python := clientsPython(t)
 	url := startServer(t, "--models", minilmOnly(t))
 	var texts []string
 	readGolden(t, "texts.json", &texts)
