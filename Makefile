@@ -36,9 +36,10 @@ RUN_ENV      := ORTSERVE_ORT_LIB=$(ORT_LIB) ORTSERVE_MODELS=$(MODELS_DIR) ORTSER
 ADDR         ?= 127.0.0.1:8080
 BENCH_OUT    ?= bench-out
 SLO          ?= p95=100ms
+SOAK         ?= 10m
 VEGETA       := $(CACHE)/tools/vegeta-v12.13.0
 
-.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck bench-peers gpu-check clean help
+.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck bench-peers gpu-check soak clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -57,7 +58,7 @@ tokenizers: ## build libtokenizers.a for daulet/tokenizers v$(TOK_VERSION) with 
 venv: ## the Python environment that builds models
 	@scripts/venv.sh $(VENV)
 
-clients: ## the small Python environment of official API clients (openai) the tests drive
+clients: ## the small Python environment of official API clients (openai, tritonclient, huggingface_hub) the tests drive
 	@scripts/clients.sh $(CLIENTS)
 
 data: ## the Pang & Lee sentence polarity data and its fixed splits
@@ -110,6 +111,11 @@ test: deps models clients ## the full suite: vet, unit and integration tests wit
 
 unit: ## only the tests that need no native library or model
 	$(GO) test -race -count=1 ./server ./models ./runtime ./tokenize ./bench
+
+# `make test` runs TestSoak for 10 s under -race; `make soak` runs it for $(SOAK) without
+# -race, whose shadow memory would blur the server's resident memory. Not for CI.
+soak: deps models ## the soak test for SOAK=10m (any Go duration): constant load on every route; fails on an error, RSS drift or leftover goroutines
+	$(RUN_ENV) ORTSERVE_SOAK=$(SOAK) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 24h ./cmd/server
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: run gofmt -w'; exit 1; }

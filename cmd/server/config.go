@@ -25,6 +25,7 @@ import (
 
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/server"
 )
 
 // fileKeys are the config file's keys, in docs/config.md's order, and the flag each sets.
@@ -50,12 +51,21 @@ var fileKeys = []struct{ key, flag string }{
 	{"limits.auto_truncate", "auto-truncate"},
 	{"limits.max_in_flight", "max-in-flight"},
 	{"limits.request_timeout", "request-timeout"},
+	{"http.read_timeout", "read-timeout"},
+	{"http.write_timeout", "write-timeout"},
+	{"http.idle_timeout", "idle-timeout"},
+	{"http.max_conns_per_client", "max-conns-per-client"},
+	{"http.allowed_hosts", "allowed-hosts"},
+	{"auth.api_keys", "api-key"},
+	{"auth.api_key_file", "api-key-file"},
+	{"auth.exempt", "auth-exempt"},
 	{"reload_interval", "reload-interval"},
 	{"shutdown_grace", "grace"},
+	{"shutdown_drain_delay", "drain-delay"},
 }
 
 // pathFlags take paths; in the config file a relative one is from the file's folder.
-var pathFlags = map[string]bool{"models": true, "ort-lib": true}
+var pathFlags = map[string]bool{"models": true, "ort-lib": true, "api-key-file": true}
 
 // envName is the environment variable of a flag: --max-batch is ORTSERVE_MAX_BATCH.
 func envName(flagName string) string {
@@ -376,6 +386,21 @@ func (l *loader) validate() {
 	check(c.HTTP.RequestTimeout >= 0, "request-timeout", "must be ≥ 0")
 	check(c.Reload >= 0, "reload-interval", "must be ≥ 0")
 	check(c.Grace >= 0, "grace", "must be ≥ 0")
+	check(c.DrainDelay >= 0, "drain-delay", "must be ≥ 0")
+	check(c.DrainDelay <= c.Grace || c.Grace < 0, "drain-delay", "must be ≤ --grace %v, which bounds the whole shutdown: raise --grace or shorten the delay", c.Grace)
+	check(c.Conn.ReadTimeout >= 0, "read-timeout", "must be ≥ 0 (0: none)")
+	check(c.Conn.WriteTimeout >= 0, "write-timeout", "must be ≥ 0 (0: none)")
+	check(c.Conn.IdleTimeout >= 0, "idle-timeout", "must be ≥ 0 (0: none)")
+	atLeast(0, "max-conns-per-client", int64(c.Conn.MaxConnsPerClient))
+	if err := server.ParseAuthExempt(c.HTTP.AuthExempt); err != nil {
+		check(false, "auth-exempt", "the routes that may go without a key are health and metrics")
+	}
+	check(len(c.HTTP.AuthExempt) == 0 || len(c.HTTP.APIKeys) > 0 || c.APIKeyFile != "", "auth-exempt", "exempts routes from API keys, but no key is set: give --api-key or --api-key-file")
+	if c.APIKeyFile != "" {
+		keys, err := readKeyFile(c.APIKeyFile)
+		check(err == nil, "api-key-file", "%v", err)
+		c.HTTP.APIKeys = append(c.HTTP.APIKeys, keys...)
+	}
 	if len(l.problems) == 0 {
 		// The batcher's own rules, should they ever be stricter than the checks above.
 		if err := c.Batch.Validate(); err != nil {
@@ -383,6 +408,47 @@ func (l *loader) validate() {
 		}
 	}
 }
+
+// readKeyFile reads API keys, one a line; blank lines and lines starting with # are skipped.
+func readKeyFile(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: name a readable file of keys, one a line", errors.Unwrap(err))
+	}
+	var keys []string
+	for line := range strings.Lines(string(data)) {
+		if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no keys in it: put one a line")
+	}
+	return keys, nil
+}
+
+// listFlag is a comma-separated list of values; each layer that sets it (file, environment,
+// flag) replaces the list, as for any other setting. Blanks are dropped.
+type listFlag struct{ p *[]string }
+
+func (f listFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f listFlag) Set(s string) error {
+	*f.p = nil
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*f.p = append(*f.p, v)
+		}
+	}
+	return nil
+}
+
+func (f listFlag) Get() any { return f.String() }
 
 // sloFlag is --slo: a latency objective as p95=50ms (runtime.ParseSLO), empty for none.
 type sloFlag struct{ d *time.Duration }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,12 @@ shutdown_grace: 1m
 		{"env alone", "", map[string]string{"ORTSERVE_MODELS": "/m", "ORTSERVE_STRICT_PLACEMENT": "true", "ORTSERVE_REQUEST_TIMEOUT": "2s", "ORTSERVE_RELOAD_INTERVAL": "0s"}, nil, func(c *serveConfig, _ string) {
 			c.Models, c.Strict, c.HTTP.RequestTimeout, c.Reload = "/m", true, 2*time.Second, 0
 		}},
+		{"connections and shutdown", "http: {read_timeout: 5s, idle_timeout: 0s}\nshutdown_drain_delay: 5s\n", map[string]string{"ORTSERVE_WRITE_TIMEOUT": "1m", "ORTSERVE_MAX_CONNS_PER_CLIENT": "8"},
+			[]string{"--config", "$DIR/serve.yaml", "--grace", "20s"}, func(c *serveConfig, dir string) {
+				c.Config = filepath.Join(dir, "serve.yaml")
+				c.Conn = connConfig{ReadTimeout: 5 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 0, MaxConnsPerClient: 8}
+				c.DrainDelay, c.Grace = 5*time.Second, 20*time.Second
+			}},
 		{"empty file", "# nothing yet\n", nil, []string{"--config", "$DIR/serve.yaml"}, func(c *serveConfig, dir string) {
 			c.Config = filepath.Join(dir, "serve.yaml")
 		}},
@@ -142,6 +149,21 @@ func TestServeConfigErrors(t *testing.T) {
 			`ORTSERVE_MAX_BATCH=x (batching.max_batch_size): want a whole number`,
 			`ORTSERVE_GRACE=-1s (shutdown_grace): must be ≥ 0`,
 		}},
+		{"negative connection timeouts", "http:\n  read_timeout: -1s\n  write_timeout: -1ms\n  idle_timeout: -2m\n  max_conns_per_client: -1\n", nil, nil, []string{
+			`line 2: http.read_timeout -1s: must be ≥ 0 (0: none)`,
+			`line 3: http.write_timeout -1ms: must be ≥ 0 (0: none)`,
+			`line 4: http.idle_timeout -2m0s: must be ≥ 0 (0: none)`,
+			`line 5: http.max_conns_per_client -1: must be ≥ 0`,
+		}},
+		{"drain delay", "", map[string]string{"ORTSERVE_DRAIN_DELAY": "-1s"}, nil, []string{`ORTSERVE_DRAIN_DELAY=-1s (shutdown_drain_delay): must be ≥ 0`}},
+		{"drain delay past the grace", "shutdown_grace: 10s\n", nil, []string{"--drain-delay", "15s"}, []string{
+			`--drain-delay 15s (shutdown_drain_delay): must be ≤ --grace 10s, which bounds the whole shutdown: raise --grace or shorten the delay`,
+		}},
+		{"auth", "", map[string]string{"ORTSERVE_AUTH_EXEMPT": "health,embed"}, []string{"--api-key-file", "$DIR/none"}, []string{
+			`ORTSERVE_AUTH_EXEMPT="health,embed" (auth.exempt): the routes that may go without a key are health and metrics`,
+			`--api-key-file "$DIR/none" (auth.api_key_file): no such file or directory: name a readable file of keys, one a line`,
+		}},
+		{"exempt without a key", "auth: {exempt: metrics}\n", nil, nil, []string{`line 1: auth.exempt "metrics": exempts routes from API keys, but no key is set`}},
 		{"bad flag over a good file", "limits: {max_inputs: 4}\n", nil, []string{"--max-inputs", "0"}, []string{`--max-inputs 0 (limits.max_inputs): must be ≥ 1`}},
 		{"all at once", "threads: -1\nbatching: {max_batch_size: 0}\nnope: 1\n", map[string]string{"ORTSERVE_DEVICE": "gpu"}, []string{"--max-in-flight", "0"}, []string{
 			`line 3: unknown key "nope"`,
@@ -289,4 +311,23 @@ func FuzzServeConfigFile(f *testing.F) {
 			t.Fatalf("accepted %q, wrote %q, read back %+v (%q), want %+v", data, out, again, l2.problems, c)
 		}
 	})
+}
+
+// API keys come from --api-key (a comma-separated list, replaced by each layer, as any
+// setting) and --api-key-file, relative to the config file, whose keys are added.
+func TestServeAPIKeys(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keys"), []byte("# team A\nkey-a\n\n  key-b  \n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "serve.yaml"), []byte("auth:\n  api_keys: file-key\n  api_key_file: keys\n  exempt: health, metrics\nhttp: {allowed_hosts: \"localhost,Embed.Example\"}\n"), 0o644)
+	env := map[string]string{"ORTSERVE_API_KEY": "env-1, env-2"}
+	c, err := loadServe([]string{"--config", filepath.Join(dir, "serve.yaml")}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"env-1", "env-2", "key-a", "key-b"}; !slices.Equal(c.HTTP.APIKeys, want) {
+		t.Errorf("keys %q, want %q", c.HTTP.APIKeys, want)
+	}
+	if !slices.Equal(c.HTTP.AuthExempt, []string{"health", "metrics"}) || !slices.Equal(c.HTTP.AllowedHosts, []string{"localhost", "Embed.Example"}) {
+		t.Errorf("exempt %q, hosts %q", c.HTTP.AuthExempt, c.HTTP.AllowedHosts)
+	}
 }

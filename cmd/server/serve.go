@@ -3,13 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ortserve/ortserve/models"
@@ -40,10 +39,15 @@ type serveConfig struct {
 	Sessions int // per model version; 0: one per core on CPU, 1 on CUDA
 	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
 	Batch    runtime.BatchConfig
-	Grace    time.Duration
-	Reload   time.Duration // how often the model repository is checked for changes; 0: never
-	Strict   bool
-	HTTP     server.Config
+	// Grace bounds everything after SIGTERM, DrainDelay included (frontEnd.shutdown).
+	Grace      time.Duration
+	DrainDelay time.Duration
+	Reload     time.Duration // how often the model repository is checked for changes; 0: never
+	Strict     bool
+	HTTP       server.Config
+	Conn       connConfig
+	// APIKeyFile holds API keys, one a line, added to HTTP.APIKeys at validation.
+	APIKeyFile string
 }
 
 // cacheDir is where `make` puts native libraries and models.
@@ -71,6 +75,7 @@ func defaultServeConfig() serveConfig {
 		Grace:  30 * time.Second,
 		Reload: 5 * time.Second,
 		HTTP:   server.DefaultConfig(),
+		Conn:   defaultConnConfig(),
 	}
 }
 
@@ -93,7 +98,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.Var(sloFlag{&c.Batch.SLO}, "slo", "latency objective, as p95=50ms: hold each version's p95 to it by refusing (429) requests predicted to miss it and capping batch run time; empty: none")
 	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
 	fs.IntVar(&c.Batch.MaxQueueTokens, "max-queue-tokens", c.Batch.MaxQueueTokens, "tokens that may wait per model version; past it, 429")
-	fs.DurationVar(&c.Grace, "grace", c.Grace, "how long shutdown waits for requests in flight")
+	fs.DurationVar(&c.Grace, "grace", c.Grace, "bounds the whole shutdown, from SIGTERM to exit, drain delay included: requests still queued at its end are answered 503 (set it to Kubernetes' terminationGracePeriodSeconds, or a little under)")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "after SIGTERM, how long readiness says 503 while requests are still served, for load balancers to stop sending (part of --grace)")
 	fs.DurationVar(&c.Reload, "reload-interval", c.Reload, "how often to check the model repository and hot-reload changed models; 0: never")
 	fs.BoolVar(&c.Strict, "strict-placement", c.Strict, "fail to load a CUDA version if any node would fall back to CPU")
 	fs.IntVar(&c.HTTP.MaxInputs, "max-inputs", c.HTTP.MaxInputs, "most texts in one request")
@@ -102,6 +108,14 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.BoolVar(&c.HTTP.AutoTruncate, "auto-truncate", c.HTTP.AutoTruncate, "cut inputs over a model's max length (and max-input-chars) unless a request says \"truncate\": false")
 	fs.IntVar(&c.HTTP.MaxInFlight, "max-in-flight", c.HTTP.MaxInFlight, "inference requests served at once; past it, 429")
 	fs.DurationVar(&c.HTTP.RequestTimeout, "request-timeout", c.HTTP.RequestTimeout, "a request's deadline unless it sends X-Request-Timeout; 0: none")
+	fs.DurationVar(&c.Conn.ReadTimeout, "read-timeout", c.Conn.ReadTimeout, "longest a client may take to send a request, head and body; 0: none")
+	fs.DurationVar(&c.Conn.WriteTimeout, "write-timeout", c.Conn.WriteTimeout, "longest a response may take to be written, from its first byte (inference time does not count); 0: none")
+	fs.DurationVar(&c.Conn.IdleTimeout, "idle-timeout", c.Conn.IdleTimeout, "how long a keep-alive connection may wait for its next request; 0: forever")
+	fs.Var(listFlag{&c.HTTP.APIKeys}, "api-key", "API keys, comma-separated: every route then wants Authorization: Bearer KEY (401 without); empty: no auth (docs/security.md)")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", c.APIKeyFile, "file of API keys, one a line (# comments), as --api-key")
+	fs.Var(listFlag{&c.HTTP.AuthExempt}, "auth-exempt", "routes open without a key, comma-separated: health (/health, /v2/health/*), metrics (/metrics)")
+	fs.Var(listFlag{&c.HTTP.AllowedHosts}, "allowed-hosts", "the Host names answered, comma-separated (others: 403), against DNS rebinding; empty: any")
+	fs.IntVar(&c.Conn.MaxConnsPerClient, "max-conns-per-client", c.Conn.MaxConnsPerClient, "most connections one IP address may hold open; past it, 429 at connect; 0: no cap (leave it off behind a proxy)")
 	return fs
 }
 
@@ -130,6 +144,9 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 		log.Warn("CUDA unavailable, serving on CPU", "reason", why)
 	}
 	reg := prometheus.NewRegistry()
+	// The Go runtime's and the process's own metrics (go_goroutines, process_resident_memory_bytes...):
+	// what a soak watches for leaks (soak_test.go).
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := server.NewMetrics(reg)
 	b := newBackend(env, c, provider, metrics)
 	b.log = log // placement per version at load (inspect.go)
@@ -161,32 +178,23 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w: pick another --addr", c.Addr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	if ip := ln.Addr().(*net.TCPAddr).IP; len(c.HTTP.APIKeys) == 0 && !ip.IsLoopback() {
+		log.Warn("no API key, and the address is not loopback: anyone who can reach it can use the models; set --api-key or --api-key-file, or listen on 127.0.0.1 behind a proxy (docs/security.md)", "addr", ln.Addr().String())
+	}
+	front := newFrontEnd(ln, srv.Handler(), c.Conn, log)
 	srv.SetReady(true)
 	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models)
 	fmt.Fprintf(stdout, "ortserve %s listening on http://%s\n", version, ln.Addr())
 
 	select {
-	case err := <-served:
+	case err := <-front.served:
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
-	// Shutdown order: not ready, stop accepting and finish requests in flight (with a fresh
-	// context: ctx is already cancelled), then the deferred closes of models and the
-	// environment, in that order.
-	srv.SetReady(false)
-	log.Info("shutting down", "grace", c.Grace)
-	sctx, cancel := context.WithTimeout(context.Background(), c.Grace)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	// Shutdown order: not ready, drain, stop accepting and answer the requests in flight,
+	// the queue's rest 503 when the grace runs out (frontEnd.shutdown), then the deferred
+	// closes of the models (nothing waits on them by then) and of the environment.
+	return front.shutdown(shutdownPlan{Grace: c.Grace, DrainDelay: c.DrainDelay, SetReady: srv.SetReady, Abort: repo.Abort})
 }
 
 // backend loads tokenizers and ONNX Runtime sessions for the model repository.
@@ -388,7 +396,9 @@ func warmUp(sessions []runtime.Session) error {
 	return nil
 }
 
-// batchExecutor is a version's dynamic batcher over its session pool.
+// batchExecutor is a version's dynamic batcher over its session pool. Its Abort is the
+// batcher's: it returns once every session is back in the pool, so that Close after it does
+// not wait.
 type batchExecutor struct {
 	*runtime.Batcher
 	pool *runtime.Pool

@@ -3,11 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -74,4 +78,183 @@ func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 		t.Error("no request was in flight at SIGTERM: the test proves nothing")
 	}
 	t.Logf("%d requests in flight at SIGTERM all answered", ok)
+}
+
+// minilmFP32 is a model repository of MiniLM's fp32 version alone: a child starts in a
+// fraction of the time the whole repository takes.
+func minilmFP32(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
+	dir := filepath.Join(t.TempDir(), "minilm")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tokenizer.json", "fp32.onnx"} {
+		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yaml := "name: minilm\ntask: embed\ntokenizer: tokenizer.json\nmax_length: 256\npooling: mean\nnormalize: true\n" +
+		"output: last_hidden_state\ndefault_version: fp32\nversions:\n  fp32: {file: fp32.onnx}\n"
+	if err := os.WriteFile(filepath.Join(dir, "model.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(dir)
+}
+
+// raceExitsAtOnce makes a child built with -race exit without the race detector's second
+// of sleep at exit (GORACE atexit_sleep_ms, 1000 by default), which would count in the time
+// from SIGTERM to exit that a test measures.
+func raceExitsAtOnce(t *testing.T) {
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+}
+
+// oneShot is a client whose every request opens its own connection: an error is about that
+// request alone, never about a kept-alive connection that the server closed meanwhile.
+func oneShot() *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
+}
+
+// SIGTERM with a queue far longer than --grace can serve: the process exits 0 within the
+// grace (+1 s), and every request admitted gets an answer, 200 (served) or 503 (still
+// queued when the grace ran out), never a reset or EOF.
+func TestSIGTERMAnswersTheQueueWithinGrace(t *testing.T) {
+	const (
+		clients = 150
+		grace   = 2 * time.Second
+	)
+	raceExitsAtOnce(t)
+	// One session of one thread, one text per batch: each request is a batch of its own,
+	// tens of milliseconds of CPU, so that 150 of them queue for seconds.
+	c := startChild(t, "--models", minilmFP32(t), "--device", "cpu", "--sessions", "1", "--threads", "1", "--max-batch", "1",
+		"--grace", grace.String(), "--reload-interval", "0s")
+	body := `{"inputs": ["` + strings.Repeat("a long text keeps the only session busy for a while ", 20) + `"]}`
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	results := make(chan result, clients)
+	var answered atomic.Int32
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			defer answered.Add(1)
+			resp, err := oneShot().Post(c.url+"/embed", "application/json", strings.NewReader(body))
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			results <- result{code: resp.StatusCode, body: string(b), err: err}
+		})
+	}
+	// Every request admitted (in flight, or answered already), and 100 or more in the
+	// queue, before the signal: a client refused at connect would prove nothing, and counts
+	// as a failure below.
+	var queued, inFlight float64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		v := metricValues(t, c.url, `ortserve_queue_requests{model="minilm",version="fp32"}`, "ortserve_requests_in_flight")
+		queued, inFlight = v[0], v[1]
+		if int(inFlight)+int(answered.Load()) == clients && queued >= 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue never formed: %v queued, %v in flight of %d\n%s", queued, inFlight, clients, c.stderr)
+		}
+	}
+	start := time.Now()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	exit := <-c.done
+	c.done <- exit // for the cleanup
+	took := time.Since(start)
+	wg.Wait()
+	close(results)
+
+	counts := map[int]int{}
+	for r := range results {
+		switch {
+		case r.err != nil:
+			t.Errorf("an admitted request failed: %v", r.err)
+		case r.code == 503 && !strings.Contains(r.body, "shutting down"):
+			t.Errorf("503 without saying why: %s", r.body)
+		case r.code != 200 && r.code != 503:
+			t.Errorf("an admitted request got %d: %s", r.code, r.body)
+		}
+		counts[r.code]++
+	}
+	if exit != nil {
+		t.Errorf("exit: %v\n%s", exit, c.stderr)
+	}
+	if took > grace+time.Second {
+		t.Errorf("exited %v after SIGTERM, past the grace of %v + 1 s", took, grace)
+	}
+	if counts[503] == 0 {
+		t.Error("no request was answered 503: the queue did not outlast the grace, and the test proves nothing")
+	}
+	t.Logf("SIGTERM with %v queued (%v in flight): exit 0 after %v; %d answered 200, %d answered 503", queued, inFlight, took.Round(time.Millisecond), counts[200], counts[503])
+}
+
+// During --drain-delay, readiness says 503 while inference is still served (with
+// Connection: close), and new connections are still accepted; the process exits once the
+// delay is over, within the grace.
+func TestDrainDelayKeepsServing(t *testing.T) {
+	const drain, grace = 1500 * time.Millisecond, 3 * time.Second
+	raceExitsAtOnce(t)
+	c := startChild(t, "--models", minilmFP32(t), "--device", "cpu", "--drain-delay", drain.String(), "--grace", grace.String(), "--reload-interval", "0s")
+	get := func(path string) (int, error) {
+		resp, err := oneShot().Get(c.url + path)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get("/health"); code != 200 {
+		t.Fatalf("/health before SIGTERM: %d %v", code, err)
+	}
+	start := time.Now()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	for code, err := get("/health"); code != 503; code, err = get("/health") {
+		if err != nil || time.Since(start) > drain/2 {
+			t.Fatalf("/health after SIGTERM: %d %v, want 503 at once", code, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, err := get("/v2/health/ready"); code != 503 {
+		t.Errorf("/v2/health/ready during the drain delay: %d %v, want 503", code, err)
+	}
+	if code, err := get("/v2/health/live"); code != 200 {
+		t.Errorf("/v2/health/live during the drain delay: %d %v, want 200: the process is alive", code, err)
+	}
+	for i := range 3 {
+		resp, err := oneShot().Post(c.url+"/embed", "application/json", strings.NewReader(`{"inputs": "still served"}`))
+		if err != nil {
+			t.Fatalf("/embed %d during the drain delay: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !resp.Close {
+			t.Errorf("/embed %d during the drain delay: %d (Connection: close %v), want 200 with Connection: close", i, resp.StatusCode, resp.Close)
+		}
+	}
+	if since := time.Since(start); since >= drain {
+		t.Errorf("the checks took %v, past the drain delay: they prove nothing", since)
+	}
+	exit := <-c.done
+	c.done <- exit // for the cleanup
+	took := time.Since(start)
+	if exit != nil {
+		t.Errorf("exit: %v\n%s", exit, c.stderr)
+	}
+	if took < drain || took > grace+time.Second {
+		t.Errorf("exited %v after SIGTERM, want after the drain delay (%v) and within the grace (%v) + 1 s", took, drain, grace)
+	}
+	if _, err := get("/health"); err == nil {
+		t.Error("still accepting connections after exit")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Logf("after exit: %v", err)
+	}
+	t.Logf("drain delay %v, grace %v: exit 0 after %v", drain, grace, took.Round(time.Millisecond))
 }

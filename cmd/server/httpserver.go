@@ -1,0 +1,217 @@
+package main
+
+// serve's HTTP server: how it treats connections (timeouts, a cap per client) and how it
+// stops on SIGTERM within --grace.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/ortserve/ortserve/server"
+)
+
+// connConfig is how serve's HTTP server treats connections (docs/config.md, "Connections").
+type connConfig struct {
+	// ReadTimeout bounds reading a request, head and body, from its first byte. Once the
+	// body is read, net/http lifts the deadline (for its background read, which watches for
+	// the client going away): the inference that follows is bounded by --request-timeout,
+	// not by this.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response, from its first byte: a client that does not
+	// read its answer is cut off, but the time to compute the answer never counts.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next request.
+	IdleTimeout time.Duration
+	// MaxConnsPerClient caps the connections one IP address holds open; 0: no cap.
+	MaxConnsPerClient int
+}
+
+// readHeaderTimeout bounds a request's head, and a new connection's wait for its first
+// request: headers are small, and a client that trickles them holds a connection for
+// nothing.
+const readHeaderTimeout = 10 * time.Second
+
+// defaultConnConfig: the timeouts are generous for what they bound, since each only cuts off
+// a client that stalls, never inference (see connConfig). TEI's router sets none and leaves
+// them to the proxy in front; ortserve may face clients directly, so it sets its own.
+//   - read 30s: the largest body (2 MiB) at 1 Mbit/s takes 17 s. nginx allows 60 s between
+//     two reads of a body, which a client trickling a byte a minute satisfies forever; here
+//     it is 30 s for the whole request.
+//   - write 30s: a large answer (32 embeddings of 1024 floats, ~400 KB) to a slow reader.
+//   - idle 120s: longer than what load balancers and proxies keep an idle upstream
+//     connection (AWS ALB 60 s, nginx's upstream keepalive_timeout 60 s), so that they, not
+//     ortserve, close it: a server that closes first races the proxy's next request on it,
+//     which the proxy then answers 502. Behind a Google Cloud load balancer (600 s), raise it
+//     past 620 s.
+func defaultConnConfig() connConfig {
+	return connConfig{ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+}
+
+// frontEnd is serve's HTTP server over one listener.
+type frontEnd struct {
+	hs     *http.Server
+	served chan error // Serve's return
+	// draining is set by shutdown: answers then say Connection: close.
+	draining atomic.Bool
+	log      *slog.Logger
+}
+
+// newFrontEnd serves h on ln as c says, until shutdown.
+func newFrontEnd(ln net.Listener, h http.Handler, c connConfig, log *slog.Logger) *frontEnd {
+	f := &frontEnd{served: make(chan error, 1), log: log}
+	f.hs = &http.Server{
+		Handler:           f.deadlines(h, c.WriteTimeout),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		// WriteTimeout runs from the end of the request's head: it would count inference
+		// time. deadlines sets a write deadline per response instead, from its first byte;
+		// this one covers only what the server writes before the handler runs.
+		WriteTimeout: c.WriteTimeout,
+		IdleTimeout:  c.IdleTimeout,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if c.ReadTimeout > 0 {
+		f.hs.ReadHeaderTimeout = min(readHeaderTimeout, c.ReadTimeout)
+	}
+	if c.IdleTimeout == 0 {
+		f.hs.IdleTimeout = -1 // no timeout; http.Server would take ReadTimeout for 0
+	}
+	ln = server.LimitConnsPerClient(ln, c.MaxConnsPerClient)
+	go func() { f.served <- f.hs.Serve(ln) }()
+	return f
+}
+
+// deadlines gives each response the write deadline connConfig describes. http.Server's own
+// WriteTimeout runs from the end of the request's head, so by itself it would bound
+// inference too: the write of an answer that took long to compute would fail, and the
+// client would see a reset. So the deadline is lifted when the handler starts, and set anew
+// when the answer does. (The read deadline needs no such care: net/http lifts it once the
+// body is read.)
+//
+// While draining (shutdown's drain delay), every answer says Connection: close, so that
+// clients move their keep-alive connections to other replicas: behind a Kubernetes Service,
+// connections already open keep reaching this pod after it leaves the endpoints.
+func (f *frontEnd) deadlines(h http.Handler, write time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if f.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		rc.SetWriteDeadline(time.Time{})
+		h.ServeHTTP(&writeDeadline{ResponseWriter: w, rc: rc, d: write}, r)
+	})
+}
+
+// writeDeadline sets the connection's write deadline, d from now, when the answer starts.
+type writeDeadline struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	d       time.Duration
+	started bool
+}
+
+func (w *writeDeadline) start() {
+	if !w.started {
+		w.started = true
+		if w.d > 0 {
+			w.rc.SetWriteDeadline(time.Now().Add(w.d))
+		}
+	}
+}
+
+func (w *writeDeadline) WriteHeader(code int) {
+	if code >= 200 { // an informational header (100, 103) does not start the answer
+		w.start()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *writeDeadline) Write(p []byte) (int, error) {
+	w.start()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *writeDeadline) FlushError() error {
+	w.start()
+	return w.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *writeDeadline) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// shutdownPlan is what shutdown stops, besides the HTTP server.
+type shutdownPlan struct {
+	Grace      time.Duration // from SIGTERM to the last connection closed
+	DrainDelay time.Duration // of Grace, how long to keep serving while not ready
+	// SetReady flips readiness (/health, KServe's ready).
+	SetReady func(bool)
+	// Abort fails what is still queued with runtime.ErrClosed (503) and lets the batches
+	// running finish until its ctx ends (models.Repository.Abort).
+	Abort func(context.Context) error
+}
+
+// shutdown stops the front end within p.Grace of its call, which is SIGTERM's arrival:
+//
+//  1. not ready: /health and KServe's ready say 503, while everything else is served as
+//     before (with Connection: close) for the drain delay, for load balancers to notice;
+//  2. http.Server.Shutdown: no new connections; the requests in flight are answered, until
+//     the last tail of the grace, tail = min(grace/4, 1s);
+//  3. if some are still waiting: Abort answers what is queued with 503 at once, and lets the
+//     batches already running finish in the first half of the tail (their requests get
+//     200), cancelling them past it (503);
+//  4. the second half of the tail is for those answers to be written; at the end of the
+//     grace, the connections left are closed.
+//
+// So every request admitted gets an answer within the grace, and the process exits a few
+// milliseconds after it, once the models are closed. It returns nil even when step 3 was
+// needed: the shutdown went as configured.
+func (f *frontEnd) shutdown(p shutdownPlan) error {
+	start := time.Now()
+	end := start.Add(p.Grace)
+	tail := min(p.Grace/4, time.Second)
+	p.SetReady(false)
+	f.draining.Store(true)
+	f.log.Info("shutting down", "grace", p.Grace, "drain_delay", p.DrainDelay)
+	if d := min(p.DrainDelay, p.Grace-tail); d > 0 {
+		select {
+		case <-time.After(d):
+		case err := <-f.served:
+			return fmt.Errorf("http server: %w", err)
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end.Add(-tail))
+	err := f.hs.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		f.log.Info("shut down: every request answered", "took", time.Since(start).Round(time.Millisecond))
+		return f.serveErr()
+	}
+	f.log.Warn("grace nearly over: answering the requests still queued with 503", "took", time.Since(start).Round(time.Millisecond))
+	ctx, cancel = context.WithDeadline(context.Background(), end.Add(-tail/2))
+	if err := p.Abort(ctx); err != nil {
+		f.log.Warn("batches still running at the end of the grace were cancelled", "err", err)
+	}
+	cancel()
+	ctx, cancel = context.WithDeadline(context.Background(), end)
+	defer cancel()
+	if err := f.hs.Shutdown(ctx); err != nil {
+		f.log.Warn("closing the connections still open at the end of the grace", "err", err)
+		f.hs.Close()
+	}
+	f.log.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
+	return f.serveErr()
+}
+
+// serveErr is Serve's error once the server is shut down: none for a clean stop.
+func (f *frontEnd) serveErr() error {
+	if err := <-f.served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	return nil
+}
