@@ -250,9 +250,14 @@ func parseTimeout(h string) (time.Duration, error) {
 func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req EmbedRequest
-	if !s.decode(w, r, &req) {
-		return
+	if s.decode(w, r, &req) {
+		s.answerEmbed(w, r, &req, nil, start)
 	}
+}
+
+// answerEmbed does /embed's work for req (and POST /'s, whose dimensions, when set, must be
+// the model's): checks, lookup, inference, answer.
+func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedRequest, dimensions *int, start time.Time) {
 	truncate := s.truncate(req.Truncate)
 	if !s.checkInputs(w, r, req.Inputs, truncate) {
 		return
@@ -260,6 +265,10 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	p, name, err := s.repo.Lookup(req.Model, models.TaskEmbed)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if d := dimensions; d != nil && (*d <= 0 || (p.Dimension() > 0 && *d != p.Dimension())) {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, p.Dimension()))
 		return
 	}
 	opts := models.EmbedOptions{Truncate: truncate, Normalize: req.Normalize == nil || *req.Normalize}

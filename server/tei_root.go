@@ -124,28 +124,8 @@ func (s *Server) rootEmbed(w http.ResponseWriter, r *http.Request, req *RootRequ
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", err.Error())
 		return
 	}
-	truncate := s.truncate(req.Truncate)
-	if !s.checkInputs(w, r, inputs, truncate) {
-		return
-	}
-	p, name, err := s.repo.Lookup(model, models.TaskEmbed)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if d := req.Dimensions; d != nil && (*d <= 0 || (p.Dimension() > 0 && *d != p.Dimension())) {
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, p.Dimension()))
-		return
-	}
-	opts := models.EmbedOptions{Truncate: truncate, Normalize: req.Normalize == nil || *req.Normalize}
-	vecs, st, err := p.Embed(r.Context(), req.Version, inputs, opts)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	note(r, name, st)
-	setTiming(w, name, st, start)
-	writeEncoded(w, r, http.StatusOK, vecs, appendEmbeddings)
+	er := EmbedRequest{Inputs: inputs, Normalize: req.Normalize, Truncate: req.Truncate, Model: model, Version: req.Version}
+	s.answerEmbed(w, r, &er, req.Dimensions, start)
 }
 
 // checkEmbedFields refuses the embedding fields that ask for what the served models cannot

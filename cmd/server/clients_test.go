@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"math"
@@ -192,7 +193,7 @@ func TestTritonClient(t *testing.T) {
 			for j, l := range labels {
 				want[j] = prediction{Label: l, Score: run.probs[i][j]}
 			}
-			slices.SortStableFunc(want, func(a, b prediction) int { return -cmpFloat(a.Score, b.Score) })
+			slices.SortStableFunc(want, func(a, b prediction) int { return cmp.Compare(b.Score, a.Score) })
 			if run.labels[i] != p[0].Label || !samePredictions(want, p) {
 				t.Errorf("%s, text %d: label %q, probabilities %v; /predict %+v", run.name, i, run.labels[i], run.probs[i], p)
 			}
@@ -211,16 +212,6 @@ func sizes(ps []*int) []any {
 		}
 	}
 	return out
-}
-
-func cmpFloat(a, b float32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // TestHuggingFaceHubClient drives huggingface_hub's InferenceClient(model=URL), which posts

@@ -16,22 +16,8 @@ import (
 // reload sees it (TEI, OpenAI, KServe, /info, KServe metadata, the provider metric), and a
 // model folder removed while the server runs stops being served by every API.
 func TestReloadAddsAndRemovesOnEveryAPI(t *testing.T) {
-	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
-	root := t.TempDir()
-	dir := filepath.Join(root, "minilm")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"tokenizer.json", "int8.onnx"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := func(versions string) []byte {
-		return []byte("name: minilm\ntask: embed\ntokenizer: tokenizer.json\nmax_length: 256\npooling: mean\nnormalize: true\n" +
-			"output: last_hidden_state\ndefault_version: int8\nversions:\n" + versions)
-	}
-	writeAtomic(t, filepath.Join(dir, "model.yaml"), cfg("  int8: {file: int8.onnx}\n"))
+	root, dir := int8Repo(t)
+	cfg := minilmYAML
 	url := startServer(t, "--models", root, "--reload-interval", "50ms", "--sessions", "1")
 
 	versions := func() []string { // minilm's versions as /info has them; nil when it has no minilm
@@ -96,9 +82,10 @@ func TestReloadAddsAndRemovesOnEveryAPI(t *testing.T) {
 		t.Errorf("GET /v2/models/minilm: versions %v (%v), want [int8 int8b]", md.Versions, err)
 	}
 	get(t, url+"/v2/models/minilm/versions/int8b/ready") // a 200
-	if m := get(t, url+"/metrics"); !strings.Contains(m, `ortserve_execution_provider_info{model="minilm",provider="CPUExecutionProvider",version="int8b"} 1`) {
-		t.Error("the provider metric lacks the added version")
-	}
+	// The metric follows once the reload has returned, a moment after the swap /info shows.
+	waitUntil(t, "the provider metric to show the added version", func() bool {
+		return strings.Contains(get(t, url+"/metrics"), `ortserve_execution_provider_info{model="minilm",provider="CPUExecutionProvider",version="int8b"} 1`)
+	})
 
 	// The folder goes: the model goes, from every API.
 	if err := os.RemoveAll(dir); err != nil {
@@ -140,6 +127,32 @@ func TestReloadAddsAndRemovesOnEveryAPI(t *testing.T) {
 }
 
 // writeAtomic writes a file as a deployment should: whole, by renaming a temporary file over it.
+// int8Repo is a model repository of its own holding minilm with its int8 version only (links
+// to the built files, and a model.yaml of minilmYAML's that the test may rewrite): a server on
+// it starts fast, and the test may change it.
+func int8Repo(t *testing.T) (root, dir string) {
+	t.Helper()
+	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
+	root = t.TempDir()
+	dir = filepath.Join(root, "minilm")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tokenizer.json", "int8.onnx"} {
+		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeAtomic(t, filepath.Join(dir, "model.yaml"), minilmYAML("  int8: {file: int8.onnx}\n"))
+	return root, dir
+}
+
+// minilmYAML is minilm's model.yaml with the given versions block.
+func minilmYAML(versions string) []byte {
+	return []byte("name: minilm\ntask: embed\ntokenizer: tokenizer.json\nmax_length: 256\npooling: mean\nnormalize: true\n" +
+		"output: last_hidden_state\ndefault_version: int8\nversions:\n" + versions)
+}
+
 func writeAtomic(t *testing.T, path string, data []byte) {
 	t.Helper()
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")

@@ -14,19 +14,8 @@ import (
 // gets 401 (but the exempt health routes); /metrics has the Go and process collectors; /info
 // names no absolute path, not even in a reload error.
 func TestAPIKeyAndInfoOnRealServer(t *testing.T) {
-	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
-	root := t.TempDir()
-	dir := filepath.Join(root, "minilm")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"tokenizer.json", "int8.onnx"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const good = "name: minilm\ntask: embed\ntokenizer: tokenizer.json\nmax_length: 256\npooling: mean\nnormalize: true\noutput: last_hidden_state\ndefault_version: int8\nversions:\n  int8: {file: int8.onnx}\n"
-	writeAtomic(t, filepath.Join(dir, "model.yaml"), []byte(good))
+	root, dir := int8Repo(t)
+	good := string(minilmYAML("  int8: {file: int8.onnx}\n"))
 	keys := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keys, []byte("# test\nsecret-1\n"), 0o600)
 	url := startServer(t, "--models", root, "--sessions", "1", "--reload-interval", "50ms", "--api-key-file", keys, "--auth-exempt", "health")
@@ -93,7 +82,7 @@ func TestAPIKeyAndInfoOnRealServer(t *testing.T) {
 		} `json:"models"`
 	}
 	json.Unmarshal([]byte(info), &parsed)
-	for _, secret := range []string{root, src, os.Getenv("HOME"), os.TempDir() + "/"} {
+	for _, secret := range []string{root, os.Getenv("ORTSERVE_MODELS"), os.Getenv("HOME"), os.TempDir() + "/"} {
 		if secret != "" && strings.Contains(info, secret) {
 			t.Errorf("/info names %s: %s", secret, parsed.Models[0].ReloadError)
 		}
