@@ -29,6 +29,8 @@ type Task string
 const (
 	TaskEmbed    Task = "embed"
 	TaskClassify Task = "classify"
+	// TaskRerank scores (query, passage) pairs with a cross-encoder: one logit per pair.
+	TaskRerank Task = "rerank"
 )
 
 // Pooling turns per-token vectors into one vector per text.
