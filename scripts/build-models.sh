@@ -5,6 +5,13 @@
 #   MODELS_DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx int8-static.onnx fp16.onnx gate.csv head.json
 #     gate.csv is DATA_DIR/test.csv (pinned below), the data of model.yaml's `gate:` section
 #     that `server gate` checks new versions against (scripts/models/build.py GATE)
+#   MODELS_DIR/reranker/   model.yaml tokenizer.json fp32.onnx int8.onnx   (task: rerank; a cross-encoder,
+#     MiniLM + one-logit head fine-tuned on topical-overlap pairs of DATA_DIR/train.csv, ~20-45 s)
+#   MODELS_DIR/layouts/    the same models as users have them, no model.yaml (scripts/models/layouts.py):
+#     sentence-transformers/ optimum/ hub/models--ortserve--minilm/ (the minilm encoder),
+#     sentiment-hf/ cross-encoder/ (HF BertForSequenceClassification folders), odd-outputs/
+#     (minilm with a renamed output and two extra ones); ONNX files are hard links where the
+#     graph is one built above
 #   MODELS_DIR/golden/     golden json files of this build (testdata/golden holds the committed ones)
 #   MODELS_DIR/report.json, report.md   accuracies, cosine stats, alone-vs-batched invariance, sizes, timings
 #   MODELS_DIR/.stamp      written last; $(dirname MODELS_DIR)/current -> MODELS_DIR
@@ -52,7 +59,7 @@ mkdir -p "$STAGE"
 HF_HOME=$(mktemp -d)   # an empty hub cache: nothing can come from the user's
 export HF_HOME
 trap 'rm -rf "$HF_HOME"' EXIT
-log "building $OUT (export, train, quantize, evaluate; ~2 min on 2 cores)"
+log "building $OUT (export, train, quantize, evaluate; ~3 min on 2 cores)"
 start=$SECONDS
 "$VENV/bin/python" "$HERE/models/build.py" --data "$DATA" --out "$STAGE" \
     --compare-golden "$REPO/testdata/golden" || die "model build failed (staging dir kept: $STAGE)"

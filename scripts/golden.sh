@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# (Re)writes the committed golden files testdata/golden/{texts,tokens,minilm,sentiment}.json
+# (Re)writes the committed golden files testdata/golden/{texts,tokens,minilm,sentiment,pair_tokens,
+# reranker,layouts}.json
 # from a built model repository, independently of make:
 #   usage: scripts/golden.sh VENV MODELS_DIR
 # e.g.  scripts/golden.sh ~/.cache/ortserve/venv/<key> ~/.cache/ortserve/models/current

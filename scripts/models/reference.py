@@ -2,7 +2,8 @@
 
 usage: python reference.py --models MODELS_DIR --out DIR [--compare DIR]
 
-Writes DIR/texts.json, tokens.json, minilm.json, sentiment.json from the built model
+Writes DIR/texts.json, tokens.json, minilm.json, sentiment.json, pair_tokens.json,
+reranker.json, layouts.json from the built model
 repository MODELS_DIR (scripts/build-models.sh runs this with DIR=MODELS_DIR/golden;
 scripts/golden.sh runs it with DIR=testdata/golden to refresh the committed files).
 With --compare, also compares the result to the golden files in that directory (the
@@ -18,6 +19,24 @@ committed ones) and prints the largest differences as JSON on stdout.
   sentiment.json  per text the logits and softmax probabilities from onnxruntime (CPU,
                   default session options) on sentiment/fp32.onnx, and the torch module's
                   logits; full float precision.
+  pair_tokens.json  (query, passage) pairs (PAIRS) as transformers' AutoTokenizer of
+                  layouts/cross-encoder gives them: tokenizer([query], [passage], truncation=True,
+                  max_length=item's max_length) (longest_first; batched as CrossEncoder calls
+                  it, so an empty passage still makes a pair), no padding; checked equal to
+                  tokenizers' Tokenizer.from_file(reranker/tokenizer.json).encode(query, passage)
+                  with the same truncation. Per item: query, passage, max_length, ids,
+                  type_ids, attention_mask, truncated (the untruncated pair is longer).
+  reranker.json   RERANK_QUERIES x RERANK_PASSAGES: per query the raw logits from torch
+                  (sentence-transformers CrossEncoder(layouts/cross-encoder), fp32, its model
+                  and tokenizer at max_length 256), `scores` = sigmoid(logits) as
+                  CrossEncoder.predict gives them, and onnxruntime's logits on
+                  reranker/fp32.onnx; every pair alone. `order`: passage indices by
+                  descending torch logit; `expect_top`: the passage a reader expects first.
+  layouts.json    the embedding layouts (layouts.py): per layout the graph file, the output
+                  holding the token embeddings [batch, sequence, 384] and every output's
+                  name and shape; all are the same graph as minilm/fp32.onnx, so mean pooling +
+                  normalize of that output gives minilm.json's `ort` embeddings
+                  (max_abs_diff_vs_minilm, measured on every text).
 Every text is run alone (batch of 1, no padding).
 """
 import argparse
@@ -64,6 +83,44 @@ TEXTS = [
     "Machine learning models can be served efficiently with ONNX Runtime.",
     "The quick brown fox jumps over the lazy dog.",
     long_text(),
+]
+
+
+RERANK_PASSAGES = [
+    "An absolute triumph: gorgeous performances, a witty script and the best film I have "
+    "seen all year.",
+    "A dull, tedious mess with wooden acting and a plot that makes no sense.",
+    "Machine learning models can be served efficiently with ONNX Runtime.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France and its largest city.",
+    "",
+    long_text(),
+]
+# (query, index of the passage a reader ranks first, or None)
+RERANK_QUERIES = [
+    ("gorgeous performances witty script", 0),
+    ("wooden acting plot", 1),
+    ("onnx runtime machine learning", 2),
+    ("what is the capital of France?", 4),
+    ("lazy dog", 3),
+    ("Café naïve résumé 😍", None),
+]
+LONG_QUERY = " ".join(long_text(400).split()[:300])
+# (query, passage, max_length): short, both empty, one side long, both long, the cut falling
+# on either side, special characters
+PAIRS = [
+    ("what is the capital of France?", "Paris is the capital of France and its largest city.", MAX_LENGTH),
+    ("", "", MAX_LENGTH),
+    ("", "only a passage", MAX_LENGTH),
+    ("only a query", "", MAX_LENGTH),
+    ("lazy dog", long_text(), MAX_LENGTH),
+    (LONG_QUERY, "a short passage about dogs", MAX_LENGTH),
+    (LONG_QUERY, long_text(), MAX_LENGTH),
+    ("gorgeous performances witty script", long_text(), 32),
+    ("one two three four five six seven eight nine ten eleven twelve", "alpha beta gamma delta", 12),
+    ("alpha beta", "one two three four five six seven eight nine ten eleven twelve", 12),
+    ("one two three four five six", "alpha beta gamma delta epsilon zeta eta", 9),
+    ("Café naïve résumé 😍 [SEP] [CLS]", "今天天气很好 WHAT?!? Tabs\tand\nnewlines", MAX_LENGTH),
 ]
 
 
@@ -179,6 +236,102 @@ def sentiment(models):
     return header, items
 
 
+def pair_tokens(models):
+    import tokenizers
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(models / "layouts" / "cross-encoder"), local_files_only=True)
+    items = []
+    for i, (q, p, n) in enumerate(PAIRS):
+        e = {k: v[0] for k, v in hf([q], [p], truncation=True, max_length=n).items()}
+        full = hf([q], [p], truncation=False)["input_ids"][0]
+        tok = load_tokenizer(models / "reranker" / "tokenizer.json", max_length=n)
+        t = tok.encode(q, p)
+        if (t.ids, t.type_ids, t.attention_mask) != (e["input_ids"], e["token_type_ids"], e["attention_mask"]):
+            die(f"transformers and tokenizers disagree on pair {i}")
+        items.append({"index": i, "query": q, "passage": p, "max_length": n, "ids": e["input_ids"],
+                      "type_ids": e["token_type_ids"], "attention_mask": e["attention_mask"],
+                      "truncated": len(full) > n})
+    header = {"tokenizer": f"transformers AutoTokenizer(layouts/cross-encoder) (tokenizers=="
+                           f"{tokenizers.__version__}, tokenizer.json = reranker/tokenizer.json)",
+              "call": "tokenizer([query], [passage], truncation=True, max_length=max_length), the "
+                      "batched call CrossEncoder makes (an unbatched tokenizer(query, '') would drop "
+                      "the empty passage and encode the query alone)",
+              "padding": "none", "truncation": {"strategy": "longest_first", "direction": "right"},
+              "add_special_tokens": True}
+    return header, items
+
+
+def rerank(models):
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    import torchmods  # noqa: F401  (thread settings)
+
+    ce = CrossEncoder(str(models / "layouts" / "cross-encoder"), device="cpu", max_length=MAX_LENGTH,
+                      local_files_only=True)
+    tok = load_tokenizer(models / "reranker" / "tokenizer.json")
+    sess = ort_default(models / "reranker" / "fp32.onnx")
+    items, diffs = [], []
+    for qi, (q, top) in enumerate(RERANK_QUERIES):
+        zt, zo = [], []
+        for p in RERANK_PASSAGES:
+            f = ce.tokenizer([q], [p], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+            e = tok.encode(q, p)
+            if f["input_ids"][0].tolist() != e.ids:
+                die(f"CrossEncoder's tokenizer and tokenizer.json disagree on ({q[:30]!r}, {p[:30]!r})")
+            with torch.no_grad():
+                zt.append(float(ce.model(**f).logits[0, 0]))
+            a = lambda v: np.asarray([v], dtype=np.int64)  # noqa: E731
+            (z,) = sess.run(["logits"], {"input_ids": a(e.ids), "attention_mask": a(e.attention_mask),
+                                         "token_type_ids": a(e.type_ids)})
+            zo.append(float(z[0, 0]))
+        scores = ce.predict([(q, p) for p in RERANK_PASSAGES], batch_size=1, convert_to_numpy=True)
+        sg = 1 / (1 + np.exp(-np.array(zt)))
+        if np.abs(scores - sg).max() > 1e-6:
+            die(f"CrossEncoder.predict is not sigmoid(logit) for {q!r}")
+        diffs.append(float(np.abs(np.array(zt) - np.array(zo)).max()))
+        order = [int(i) for i in np.argsort(-np.array(zt), kind="stable")]
+        items.append({"index": qi, "query": q, "expect_top": top, "order": order, "logits": zt,
+                      "scores": sg.tolist(), "ort_logits": zo})
+    header = {"model": "reranker", "max_length": MAX_LENGTH, "passages": RERANK_PASSAGES,
+              "torch": "sentence-transformers CrossEncoder(layouts/cross-encoder), fp32, CPU; logits "
+                       "from its model, scores = sigmoid(logits) = CrossEncoder.predict",
+              "ort": "onnxruntime CPU reranker/fp32.onnx, output logits [batch, 1], default session options",
+              "max_abs_diff_ort_vs_torch": max(diffs)}
+    return header, items
+
+
+def layouts_golden(models, emb):
+    """layouts.json: where the token embeddings are in each embedding layout; emb = minilm.json
+    `ort` embeddings (one row per text) that each layout must reproduce."""
+    import onnx
+
+    import layouts
+
+    lay = models / "layouts"
+    rev = (lay / "hub" / layouts.HUB_REPO / "refs" / "main").read_text()
+    files = {"sentence-transformers": "onnx/model.onnx", "optimum": "model.onnx",
+             "hub": f"{layouts.HUB_REPO}/snapshots/{{rev}}/onnx/model.onnx", "odd-outputs": "model.onnx"}
+    tok = load_tokenizer(models / "minilm" / "tokenizer.json")
+    out = {}
+    for name, f in files.items():
+        path = lay / name / f.format(rev=rev)
+        g = onnx.load(str(path), load_external_data=False).graph
+        outs = [{"name": o.name, "shape": [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]}
+                for o in g.output]
+        want = layouts.ODD_TOKEN_OUTPUT if name == "odd-outputs" else "last_hidden_state"
+        sess = ort_default(path)
+        diff = 0.0
+        for i, t in enumerate(TEXTS):
+            fd = feeds_one(tok, t)
+            (h,) = sess.run([want], fd)
+            diff = max(diff, float(np.abs(mean_pool_normalize(h, fd["attention_mask"])[0] - emb[i]).max()))
+        out[name] = {"file": f, "token_embeddings": want, "outputs": outs,
+                     "same_graph_as": "minilm/fp32.onnx", "max_abs_diff_vs_minilm": diff}
+    return out
+
+
 def generate(models, out):
     models, out = Path(models), Path(out)
     import onnxruntime
@@ -195,7 +348,21 @@ def generate(models, out):
     dump(out / "minilm.json", {**h, "versions": versions}, items)
     hs, items_s = sentiment(models)
     dump(out / "sentiment.json", {**hs, "versions": versions}, items_s)
-    return {"min_cosine_ort_vs_torch": float(cos.min()),
+    hp, items_p = pair_tokens(models)
+    dump(out / "pair_tokens.json", hp, items_p)
+    hr, items_r = rerank(models)
+    dump(out / "reranker.json", {**hr, "versions": versions}, items_r)
+    lays = layouts_golden(models, np.array([[float(v) for v in it["ort"]] for it in items]))
+    write_json(out / "layouts.json", {
+        "note": "embedding layouts under MODELS_DIR/layouts (scripts/models/layouts.py); {rev} is "
+                "the content of refs/main; pool `token_embeddings` (mean over attention_mask, "
+                "L2 normalize) to get minilm.json's `ort` embeddings",
+        "pooling": "mean", "normalize": True, "layouts": lays})
+    missed = [it["query"] for it in items_r if it["expect_top"] is not None and it["order"][0] != it["expect_top"]]
+    return {"reranker_max_abs_diff_ort_vs_torch": hr["max_abs_diff_ort_vs_torch"],
+            "rerank_expected_top_missed": missed,
+            "layouts_max_abs_diff_vs_minilm": max(v["max_abs_diff_vs_minilm"] for v in lays.values()),
+            "min_cosine_ort_vs_torch": float(cos.min()),
             "minilm_max_abs_diff_ort_vs_torch": h["max_abs_diff_ort_vs_torch"],
             "sentiment_max_abs_diff_ort_vs_torch": hs["max_abs_diff_ort_vs_torch"],
             "n_texts": len(TEXTS)}
@@ -217,6 +384,20 @@ def compare(new, old):
             sn, so = ld(new, "sentiment.json")["items"], ld(old, "sentiment.json")["items"]
             res["sentiment_logits_max_abs_diff"] = max(
                 float(np.abs(np.array(a["logits"]) - np.array(b["logits"])).max()) for a, b in zip(sn, so))
+        res["pair_tokens_equal"] = ld(new, "pair_tokens.json")["items"] == ld(old, "pair_tokens.json")["items"]
+        rn, ro = ld(new, "reranker.json"), ld(old, "reranker.json")
+        if rn["passages"] == ro["passages"] and \
+                [a["query"] for a in rn["items"]] == [b["query"] for b in ro["items"]]:
+            res["reranker_logits_max_abs_diff"] = max(
+                float(np.abs(np.array(a["logits"]) - np.array(b["logits"])).max())
+                for a, b in zip(rn["items"], ro["items"]))
+            res["reranker_order_equal"] = [a["order"] for a in rn["items"]] == [b["order"] for b in ro["items"]]
+        else:
+            res["reranker_inputs_equal"] = False
+        ln, lo = ld(new, "layouts.json")["layouts"], ld(old, "layouts.json")["layouts"]
+        strip = lambda d: {k: {f: v for f, v in x.items() if f != "max_abs_diff_vs_minilm"}  # noqa: E731
+                           for k, x in d.items()}
+        res["layouts_equal"] = strip(ln) == strip(lo)
     except FileNotFoundError as e:
         res["missing"] = str(e)
     return res
@@ -228,7 +409,8 @@ def main():
     ap.add_argument("--out", required=True, help="directory for the golden json files")
     ap.add_argument("--compare", help="golden directory to compare the result with")
     a = ap.parse_args()
-    for f in ("minilm/fp32.onnx", "sentiment/fp32.onnx", "sentiment/head.json"):
+    for f in ("minilm/fp32.onnx", "sentiment/fp32.onnx", "sentiment/head.json", "reranker/fp32.onnx",
+              "layouts/cross-encoder/config.json"):
         if not (Path(a.models) / f).is_file():
             die(f"{Path(a.models) / f} missing: build the models first (scripts/build-models.sh)")
     stats = generate(a.models, a.out)
