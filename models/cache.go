@@ -3,6 +3,7 @@ package models
 import (
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -12,11 +13,11 @@ import (
 // slot, the list element and the slice and string headers, rounded up.
 const entryOverhead = 128
 
-// cached is one text's answer as the cache keeps it. vec belongs to the cache: it is copied
+// cached is one input's answer as the cache keeps it. vec belongs to the cache: it is copied
 // in by add and out by get, so that no caller holds storage another request reads.
 type cached struct {
 	vec       []float32
-	truncated bool // the text was cut to the maximum length to get vec
+	truncated bool // the input was cut to the maximum length to get vec
 }
 
 func entrySize(key string, c cached) int64 {
@@ -49,10 +50,12 @@ func newCache(maxBytes int64) *cache {
 	return &cache{max: maxBytes, lru: lru}
 }
 
-// cacheKey is the text prefixed with one byte of the options that change its answer: embed's
-// normalize or classify's raw (a model does one task, so the two never share a cache), and
-// truncate, since a text over the maximum length has an answer only when it is cut.
-func cacheKey(text string, truncate, variant bool) string {
+// cacheKey is the input prefixed with one byte of the options that change its answer:
+// embed's normalize or classify's and rerank's raw (a model does one task, so they never share
+// a cache), and truncate, since a text over the maximum length has an answer only when it is
+// cut. A pair's key has a flag of its own and the first text's length in bytes before the
+// two texts, so that no pair's key is another's, nor a single text's.
+func cacheKey(in Input, truncate, variant bool) string {
 	var flags byte
 	if truncate {
 		flags |= 1
@@ -60,7 +63,11 @@ func cacheKey(text string, truncate, variant bool) string {
 	if variant {
 		flags |= 2
 	}
-	return string(rune('0'+flags)) + text
+	if !in.Pair {
+		return string(rune('0'+flags)) + in.Text
+	}
+	flags |= 4
+	return string(rune('0'+flags)) + strconv.Itoa(len(in.Text)) + ":" + in.Text + in.Second
 }
 
 // get returns a copy of key's answer, which the caller owns, and marks it recently used.

@@ -1,6 +1,7 @@
 // Package models is the model repository on disk (one folder per model, a model.yaml, one
 // ONNX file per version) and the pipelines that turn texts into answers: embed (pooling,
-// L2 normalization) and classify (softmax, labels). It knows nothing of HTTP or of ONNX
+// L2 normalization), classify (softmax, labels; single texts or pairs) and rerank (a
+// cross-encoder's logit per query and passage pair, sigmoid). It knows nothing of HTTP or of ONNX
 // Runtime: sessions come from a Backend, token ids from a tokenize.Tokenizer.
 package models
 
@@ -38,9 +39,17 @@ type Pooling string
 
 // Poolings.
 const (
-	PoolingMean Pooling = "mean" // mean over real tokens (attention mask), as sentence-transformers
-	PoolingCLS  Pooling = "cls"  // the first token's vector
+	PoolingMean      Pooling = "mean"      // mean over real tokens (attention mask), as sentence-transformers
+	PoolingCLS       Pooling = "cls"       // the first token's vector
+	PoolingMax       Pooling = "max"       // the largest value of each dimension over real tokens
+	PoolingLastToken Pooling = "lasttoken" // the last real token's vector (decoder embedders)
+	// PoolingNone is for an output that is already one vector per text, [batch, hidden]
+	// (a graph exported with its own pooling, such as a sentence_embedding output).
+	PoolingNone Pooling = "none"
 )
+
+// Poolings are the poolings the embed pipeline implements (Pool).
+var Poolings = []Pooling{PoolingMean, PoolingCLS, PoolingMax, PoolingLastToken, PoolingNone}
 
 // Config is a model's model.yaml.
 type Config struct {
@@ -49,7 +58,7 @@ type Config struct {
 	Tokenizer string `yaml:"tokenizer"`  // tokenizer.json, relative to the model folder
 	MaxLength int    `yaml:"max_length"` // tokens, special tokens included
 	// Output is the graph output the pipeline reads: [batch, seq, hidden] hidden states for
-	// embed, [batch, classes] logits for classify.
+	// embed, [batch, classes] logits for classify, [batch, 1] logits for rerank.
 	Output    string   `yaml:"output"`
 	Pooling   Pooling  `yaml:"pooling,omitempty"`   // embed only
 	Normalize bool     `yaml:"normalize,omitempty"` // embed only: L2-normalize by default
@@ -190,8 +199,8 @@ func (c Config) Validate() error {
 	}
 	switch c.Task {
 	case TaskEmbed:
-		if c.Pooling != PoolingMean && c.Pooling != PoolingCLS {
-			bad("pooling %q: use mean or cls", c.Pooling)
+		if !slices.Contains(Poolings, c.Pooling) {
+			bad("pooling %q: use mean, cls, max, lasttoken or none (an output already pooled)", c.Pooling)
 		}
 		if len(c.Labels) > 0 {
 			bad("labels are for classify models")
@@ -203,8 +212,19 @@ func (c Config) Validate() error {
 		if c.Pooling != "" || c.Normalize {
 			bad("pooling and normalize are for embed models")
 		}
+	case TaskRerank:
+		// A cross-encoder: one logit per (query, passage) pair, no labels.
+		if len(c.Labels) > 0 {
+			bad("labels are for classify models: a rerank model has one score, its logit")
+		}
+		if c.Pooling != "" || c.Normalize {
+			bad("pooling and normalize are for embed models")
+		}
+		if c.Gate != nil {
+			bad("gate: rerank models have no accuracy gate yet: remove the gate section")
+		}
 	default:
-		bad("task %q: use embed or classify", c.Task)
+		bad("task %q: use embed, classify or rerank", c.Task)
 	}
 	if len(c.Versions) == 0 {
 		bad("no versions")

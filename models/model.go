@@ -102,10 +102,15 @@ type Model struct {
 // Open loads the model in dir: its config, its tokenizer and every version that may run on
 // the backend's device. Versions that may not (fp16 on CPU, say) are skipped with a log line.
 func Open(dir string, b Backend, log *slog.Logger) (*Model, error) {
-	cfg, err := ReadConfig(dir)
+	cfg, err := LoadConfig(dir, log)
 	if err != nil {
 		return nil, err
 	}
+	return OpenConfig(dir, cfg, b, log)
+}
+
+// OpenConfig is Open with the config given: cfg's paths are relative to dir.
+func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, error) {
 	tok, err := b.Tokenizer(filepath.Join(dir, cfg.Tokenizer), cfg.MaxLength)
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: tokenizer: %w", cfg.Name, err)
@@ -139,7 +144,13 @@ func Open(dir string, b Backend, log *slog.Logger) (*Model, error) {
 // check runs one text through every version, so that a tokenizer whose ids the graph does
 // not accept, or an output of the wrong size, stops start-up instead of the first request.
 func (m *Model) check() error {
-	encs, err := m.tok.Encode([]string{"ortserve start-up check"}, tokenize.Options{Truncate: true})
+	in := []Input{{Text: "ortserve start-up check"}}
+	if m.Config.Task == TaskRerank {
+		// A pair, so that a tokenizer that cannot join pairs, or a graph that takes no
+		// token type 1, fails here.
+		in[0].Second, in[0].Pair = "a passage to score", true
+	}
+	encs, err := m.encode(in, true)
 	if err != nil {
 		return fmt.Errorf("models: %s: tokenizer: %w", m.Config.Name, err)
 	}
@@ -159,12 +170,19 @@ func (m *Model) check() error {
 func (m *Model) checkShape(t runtime.Tensor) error {
 	switch m.Config.Task {
 	case TaskEmbed:
-		if len(t.Shape) != 2 {
-			return fmt.Errorf("output %q has per-text shape %v: an embed model needs [sequence, hidden]", m.Config.Output, t.Shape)
+		if m.Config.Pooling == PoolingNone && len(t.Shape) != 1 {
+			return fmt.Errorf("output %q has per-text shape %v: pooling none needs an output already pooled, [hidden]", m.Config.Output, t.Shape)
+		}
+		if m.Config.Pooling != PoolingNone && len(t.Shape) != 2 {
+			return fmt.Errorf("output %q has per-text shape %v: an embed model needs [sequence, hidden] (or pooling: none for [hidden])", m.Config.Output, t.Shape)
 		}
 	case TaskClassify:
 		if len(t.Shape) != 1 || int(t.Shape[0]) != len(m.Config.Labels) {
 			return fmt.Errorf("output %q has per-text shape %v: want [%d], one logit per label", m.Config.Output, t.Shape, len(m.Config.Labels))
+		}
+	case TaskRerank:
+		if len(t.Shape) != 1 || t.Shape[0] != 1 {
+			return fmt.Errorf("output %q has per-pair shape %v: a rerank model needs [1], one logit per pair (a sequence classifier with one label)", m.Config.Output, t.Shape)
 		}
 	}
 	return nil
@@ -260,12 +278,95 @@ type Stats struct {
 // finisher turns one text's output tensor and encoding into its answer, a new slice.
 type finisher func(t runtime.Tensor, e tokenize.Encoding) []float32
 
-// run answers texts on a version: from its response cache where it can, and by tokenizing
-// and executing the rest, whose answers finish makes. It is the part both pipelines share.
-// variant is the pipeline option that changes an answer (embed's normalize, classify's
-// raw); with truncate it makes the cache key. The answers are in texts' order and the
-// caller's to keep and modify.
-func (m *Model) run(ctx context.Context, version string, task Task, texts []string, truncate, variant bool, finish finisher) ([][]float32, Stats, error) {
+// Input is one input of a model: a text, or a pair of texts that the model reads as one
+// (a cross-encoder's query and passage, an NLI classifier's premise and hypothesis), joined
+// by the tokenizer's pair template.
+type Input struct {
+	Text string
+	// Second is the pair's second text when Pair is set; an empty Second with Pair set is a
+	// pair whose second text is empty.
+	Second string
+	Pair   bool
+}
+
+// singles are texts as Inputs.
+func singles(texts []string) []Input {
+	in := make([]Input, len(texts))
+	for i, t := range texts {
+		in[i].Text = t
+	}
+	return in
+}
+
+// encode tokenizes inputs, single texts and pairs alike, in their order; a *TooLongError
+// names the input by its index in inputs.
+func (m *Model) encode(inputs []Input, truncate bool) ([]tokenize.Encoding, error) {
+	opts := tokenize.Options{Truncate: truncate}
+	texts := make([]string, 0, len(inputs))
+	var pairs []tokenize.Pair
+	for _, in := range inputs {
+		if in.Pair {
+			pairs = append(pairs, tokenize.Pair{A: in.Text, B: in.Second})
+		} else {
+			texts = append(texts, in.Text)
+		}
+	}
+	// at maps an index among the singles or among the pairs back to one in inputs.
+	at := func(pair bool, k int) int {
+		for i, in := range inputs {
+			if in.Pair == pair {
+				if k == 0 {
+					return i
+				}
+				k--
+			}
+		}
+		return -1
+	}
+	renumber := func(err error, pair bool) error {
+		if err == nil {
+			return nil
+		}
+		var tooLong *tokenize.TooLongError
+		if errors.As(err, &tooLong) {
+			tooLong.Index = at(pair, tooLong.Index)
+		}
+		return err
+	}
+	if pairs == nil {
+		return m.tok.Encode(texts, opts)
+	}
+	pe, perr := m.tok.EncodePairs(pairs, opts)
+	if len(texts) == 0 {
+		return pe, renumber(perr, true)
+	}
+	se, serr := m.tok.Encode(texts, opts)
+	if perr != nil || serr != nil {
+		// Name the first input that failed, whichever kind it is.
+		perr, serr = renumber(perr, true), renumber(serr, false)
+		var p, s *tokenize.TooLongError
+		if serr == nil || (errors.As(perr, &p) && errors.As(serr, &s) && p.Index < s.Index) {
+			return nil, perr
+		}
+		return nil, serr
+	}
+	out := make([]tokenize.Encoding, len(inputs))
+	for i, in := range inputs {
+		if in.Pair {
+			out[i], pe = pe[0], pe[1:]
+		} else {
+			out[i], se = se[0], se[1:]
+		}
+	}
+	return out, nil
+}
+
+// run answers inputs on a version: from its response cache where it can, and by tokenizing
+// and executing the rest, whose answers finish makes. It is the part every pipeline shares.
+// variant is the pipeline option that changes an answer (embed's normalize, classify's and
+// rerank's raw); with truncate it makes the cache key. The answers are in inputs' order and
+// the caller's to keep and modify.
+func (m *Model) run(ctx context.Context, version string, task Task, inputs []Input, truncate, variant bool, finish finisher) ([][]float32, Stats, error) {
 	var st Stats
 	if m.Config.Task != task {
 		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task}
@@ -275,16 +376,16 @@ func (m *Model) run(ctx context.Context, version string, task Task, texts []stri
 		return nil, st, err
 	}
 	st.Version = v.Name
-	out := make([][]float32, len(texts))
-	// Without a cache every text is a miss; with one, misses lists the texts to compute
-	// and keys[i] is texts[i]'s key.
+	out := make([][]float32, len(inputs))
+	// Without a cache every input is a miss; with one, misses lists the inputs to compute
+	// and keys[i] is inputs[i]'s key.
 	var keys []string
-	misses, todo := []int(nil), texts
+	misses, todo := []int(nil), inputs
 	if v.cache != nil {
-		keys = make([]string, len(texts))
-		todo = make([]string, 0, len(texts))
-		for i, text := range texts {
-			keys[i] = cacheKey(text, truncate, variant)
+		keys = make([]string, len(inputs))
+		todo = make([]Input, 0, len(inputs))
+		for i, in := range inputs {
+			keys[i] = cacheKey(in, truncate, variant)
 			if e, ok := v.cache.get(keys[i]); ok {
 				out[i] = e.vec
 				st.CacheHits++
@@ -294,7 +395,7 @@ func (m *Model) run(ctx context.Context, version string, task Task, texts []stri
 				continue
 			}
 			misses = append(misses, i)
-			todo = append(todo, text)
+			todo = append(todo, in)
 		}
 		st.CacheMisses = len(todo)
 		if len(todo) == 0 {
@@ -302,7 +403,7 @@ func (m *Model) run(ctx context.Context, version string, task Task, texts []stri
 		}
 	}
 	start := time.Now()
-	encs, err := m.tok.Encode(todo, tokenize.Options{Truncate: truncate})
+	encs, err := m.encode(todo, truncate)
 	if err != nil {
 		// The tokenizer saw only the misses: name the input by its place in the request.
 		var tooLong *tokenize.TooLongError
@@ -348,7 +449,7 @@ type EmbedOptions struct {
 // Embed returns one vector per text. The vectors are the caller's, even those served from
 // the response cache.
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
-	return m.run(ctx, version, TaskEmbed, texts, o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
+	return m.run(ctx, version, TaskEmbed, singles(texts), o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
 		vec := Pool(m.Config.Pooling, t, e.Len())
 		if o.Normalize {
 			Normalize(vec)
@@ -367,7 +468,14 @@ type ClassifyOptions struct {
 // that sum to 1, or raw logits. The scores are the caller's, even those served from the
 // response cache.
 func (m *Model) Classify(ctx context.Context, version string, texts []string, o ClassifyOptions) ([][]float32, Stats, error) {
-	scores, st, err := m.run(ctx, version, TaskClassify, texts, o.Truncate, o.Raw, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
+	return m.ClassifyPairs(ctx, version, singles(texts), o)
+}
+
+// ClassifyPairs is Classify for inputs of which any may be a pair of texts (an NLI model's
+// premise and hypothesis), as TEI's /predict takes them. A tokenizer that cannot join pairs
+// fails with tokenize.ErrNoPairs.
+func (m *Model) ClassifyPairs(ctx context.Context, version string, inputs []Input, o ClassifyOptions) ([][]float32, Stats, error) {
+	scores, st, err := m.run(ctx, version, TaskClassify, inputs, o.Truncate, o.Raw, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
 		scores := slices.Clone(t.Data)
 		if !o.Raw {
 			Softmax(scores)
@@ -378,14 +486,29 @@ func (m *Model) Classify(ctx context.Context, version string, texts []string, o 
 	return scores, st, err
 }
 
-// Pool reduces hidden states t ([seq, hidden], of which the first n rows are real tokens)
-// to one vector.
+// Pool reduces hidden states t ([seq, hidden], of which the first n rows are real tokens,
+// padding on the right) to one vector; with PoolingNone, t is that vector ([hidden]).
 func Pool(p Pooling, t runtime.Tensor, n int) []float32 {
 	hidden := int(t.Shape[len(t.Shape)-1])
 	out := make([]float32, hidden)
-	if p == PoolingCLS || n <= 0 {
-		if n > 0 {
-			copy(out, t.Data[:hidden])
+	switch {
+	case p == PoolingNone:
+		copy(out, t.Data[:hidden])
+		return out
+	case n <= 0:
+		return out
+	case p == PoolingCLS:
+		copy(out, t.Data[:hidden])
+		return out
+	case p == PoolingLastToken:
+		copy(out, t.Data[(n-1)*hidden:n*hidden])
+		return out
+	case p == PoolingMax:
+		copy(out, t.Data[:hidden])
+		for tok := 1; tok < n; tok++ {
+			for j, x := range t.Data[tok*hidden : (tok+1)*hidden] {
+				out[j] = max(out[j], x)
+			}
 		}
 		return out
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,14 +20,16 @@ import (
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// Repository is every model under one root folder, loaded, and kept in step with the folder
-// by Reload: a changed model is loaded anew beside the old one, warmed up, swapped in, and
-// only then is the old one drained and closed. A reload that fails leaves the old model
-// serving and says why (Status).
+// Repository is every model under one root folder, and every model folder named on its own,
+// loaded, and kept in step with the folders by Reload: a changed model is loaded anew beside
+// the old one, warmed up, swapped in, and only then is the old one drained and closed. A
+// reload that fails leaves the old model serving and says why (Status).
 type Repository struct {
-	Root string
-	b    Backend
-	log  *slog.Logger
+	Root string // "": none, only Models
+	// Models are the model folders served on their own (serve --model).
+	Models []ModelDir
+	b      Backend
+	log    *slog.Logger
 
 	reloadMu sync.Mutex // one Reload at a time
 	mu       sync.RWMutex
@@ -36,11 +39,31 @@ type Repository struct {
 	// the context of Abort, once called. Each reaches the other, whichever comes first.
 	retiring map[*generation]bool
 	aborted  context.Context
+	// refused are the folders, not serving, whose load failed (or, for Root's folders
+	// without model.yaml, whose config could not be inferred), with the fingerprint of the
+	// files refused: not tried again until those change.
+	refused map[string]string
+}
+
+// ModelDir is one model folder: one with a model.yaml, or a Hugging Face model folder
+// (IsHFDir) whose config is inferred. Name, when not "", is the name it is served under,
+// whatever its config says.
+type ModelDir struct {
+	Name string
+	Dir  string
+}
+
+// Sources are where a Repository finds its models.
+type Sources struct {
+	// Root is a folder of model folders; its other folders are skipped. "": none.
+	Root string
+	// Models are model folders served on their own, beside Root's.
+	Models []ModelDir
 }
 
 // slot is one model folder and the generation of the model serving from it.
 type slot struct {
-	dir string
+	md ModelDir
 
 	mu          sync.RWMutex
 	cur         *generation
@@ -56,16 +79,28 @@ type generation struct {
 	users sync.RWMutex
 }
 
-// OpenRepository loads every folder under root that has a model.yaml.
+// OpenRepository loads every model folder under root: those with a model.yaml, and Hugging
+// Face model folders (IsHFDir) with their config inferred.
 func OpenRepository(root string, b Backend, log *slog.Logger) (*Repository, error) {
-	dirs, err := modelDirs(root)
+	return OpenSources(Sources{Root: root}, b, log)
+}
+
+// OpenSources loads the model folders under src.Root and those of src.Models. A folder of
+// src.Models that is not a model folder is an error; under Root, it is skipped.
+func OpenSources(src Sources, b Backend, log *slog.Logger) (*Repository, error) {
+	r := &Repository{Root: src.Root, Models: src.Models, b: b, log: log, slots: map[string]*slot{}, retiring: map[*generation]bool{}, refused: map[string]string{}}
+	mds, err := r.modelDirs(true)
 	if err != nil {
 		return nil, err
 	}
-	r := &Repository{Root: root, b: b, log: log, slots: map[string]*slot{}, retiring: map[*generation]bool{}}
-	for _, dir := range dirs {
-		fp := fingerprint(dir)
-		m, err := Open(dir, b, log)
+	var skipped []string
+	for _, md := range mds {
+		fp := fingerprint(md.Dir)
+		m, err := openDir(md, b, log)
+		if r.skip(md, fp, err) {
+			skipped = append(skipped, err.Error())
+			continue
+		}
 		if err != nil {
 			r.Close()
 			return nil, err
@@ -73,47 +108,146 @@ func OpenRepository(root string, b Backend, log *slog.Logger) (*Repository, erro
 		if _, dup := r.slots[m.Name()]; dup {
 			m.Close()
 			r.Close()
-			return nil, fmt.Errorf("models: two models named %q under %s", m.Name(), root)
+			return nil, fmt.Errorf("models: two models named %q (the second in %s): rename one (serve --model NAME=DIR names a folder's model)", m.Name(), md.Dir)
 		}
-		r.slots[m.Name()] = &slot{dir: dir, cur: &generation{m: m}, fingerprint: fp}
+		r.slots[m.Name()] = &slot{md: md, cur: &generation{m: m}, fingerprint: fp}
 		log.Info("model loaded", "model", m.Name(), "task", m.Config.Task, "versions", m.VersionNames(), "default", m.Config.DefaultVersion)
 	}
 	if len(r.slots) == 0 {
-		return nil, fmt.Errorf("models: no models in %s (folders with %s): run `make models` or point --models at a model repository", root, ConfigFile)
+		why := ""
+		if len(skipped) > 0 {
+			why = fmt.Sprintf("; skipped %d: %s", len(skipped), strings.Join(skipped, "; "))
+		}
+		if src.Root != "" && IsModelDir(src.Root) {
+			why += fmt.Sprintf("; %s is itself a model folder: serve it with --model %s", src.Root, src.Root)
+		}
+		return nil, fmt.Errorf("models: no models in %s (folders with %s, or Hugging Face model folders: config.json and an .onnx file): run `make models` or point --models at a model repository, or --model at a model folder%s", src.Root, ConfigFile, why)
 	}
 	return r, nil
 }
 
-func modelDirs(root string) ([]string, error) {
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return nil, fmt.Errorf("models: model repository %s: %w: run `make models` or point --models at one", root, errors.Unwrap(err))
+// skip reports whether a folder's failed load is a folder of Root without model.yaml whose
+// config could not be inferred: such a folder is skipped with a log line, not an error, and
+// not tried again until its files change.
+func (r *Repository) skip(md ModelDir, fp string, err error) bool {
+	var ie *InferError
+	if !errors.As(err, &ie) || slices.Contains(r.Models, md) {
+		return false
 	}
-	var dirs []string
-	for _, e := range entries {
-		dir := filepath.Join(root, e.Name())
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, ConfigFile)); err == nil {
-			dirs = append(dirs, dir)
-		}
+	if r.refused[md.Dir] != fp {
+		r.log.Warn("folder skipped: no model.yaml, and its config cannot be inferred for sure", "dir", md.Dir, "why", ie.Reason)
 	}
-	return dirs, nil
+	r.refused[md.Dir] = fp
+	return true
 }
 
-// fingerprint summarizes the files of a model folder (name, size, modification time,
-// following links), so that Reload notices a change without reading the weights.
-func fingerprint(dir string) string {
-	h := sha256.New()
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		fi, err := os.Stat(filepath.Join(dir, e.Name()))
-		if err != nil || fi.IsDir() {
+// openDir loads the model in one folder, under md.Name if given.
+func openDir(md ModelDir, b Backend, log *slog.Logger) (*Model, error) {
+	cfg, err := LoadConfig(md.Dir, log)
+	if err != nil {
+		return nil, err
+	}
+	if md.Name != "" {
+		cfg.Name = md.Name
+	}
+	return OpenConfig(md.Dir, cfg, b, log)
+}
+
+// modelDirs lists the model folders: Root's, then Models. strict makes a folder of Models
+// that is missing or not a model folder an error (at start); otherwise it is left out, and
+// Reload removes its model.
+func (r *Repository) modelDirs(strict bool) ([]ModelDir, error) {
+	var mds []ModelDir
+	if r.Root != "" {
+		entries, err := os.ReadDir(r.Root)
+		if err != nil {
+			return nil, fmt.Errorf("models: model repository %s: %w: run `make models` or point --models at one", r.Root, errors.Unwrap(err))
+		}
+		for _, e := range entries {
+			dir := filepath.Join(r.Root, e.Name())
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				continue
+			}
+			if IsModelDir(dir) {
+				mds = append(mds, ModelDir{Dir: dir})
+			}
+		}
+	}
+	seen := map[string]string{}
+	for _, md := range mds {
+		seen[absPath(md.Dir)] = md.Dir
+	}
+	for _, md := range r.Models {
+		if prev, dup := seen[absPath(md.Dir)]; dup && strict {
+			return nil, fmt.Errorf("models: %s is given twice (as %s too): serve each model folder once", md.Dir, prev)
+		} else if dup {
 			continue
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00%d\n", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		seen[absPath(md.Dir)] = md.Dir
+		if IsModelDir(md.Dir) {
+			mds = append(mds, md)
+			continue
+		}
+		if !strict {
+			continue
+		}
+		if fi, err := os.Stat(md.Dir); err != nil {
+			return nil, fmt.Errorf("models: model folder %s: %w", md.Dir, errors.Unwrap(err))
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("models: %s is not a folder: name a model folder", md.Dir)
+		}
+		if _, _, err := HubSnapshot(md.Dir); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("models: %s has no %s and is not a Hugging Face model folder (config.json and an .onnx file at its root or in onnx/): write a %s (docs/models.md)", md.Dir, ConfigFile, ConfigFile)
 	}
+	return mds, nil
+}
+
+func absPath(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
+}
+
+// fingerprintFiles bounds the files fingerprint looks at, and fingerprintDepth the folders
+// it goes into: a model folder is small, but may be a hub cache folder or hold data.
+const (
+	fingerprintFiles = 4096
+	fingerprintDepth = 4
+)
+
+// fingerprint summarizes the files of a model folder and its subfolders (name, size,
+// modification time, following links), so that Reload notices a change without reading the
+// weights: a hub cache folder's refs/main and snapshots, an onnx/ or 1_Pooling/ folder.
+// Hidden folders and a hub cache's blobs/ (which its snapshots link to) are left out.
+func fingerprint(dir string) string {
+	h := sha256.New()
+	files := 0
+	var walk func(rel string, depth int)
+	walk = func(rel string, depth int) {
+		entries, _ := os.ReadDir(filepath.Join(dir, rel))
+		for _, e := range entries {
+			if files >= fingerprintFiles {
+				return
+			}
+			p := filepath.Join(rel, e.Name())
+			fi, err := os.Stat(filepath.Join(dir, p))
+			if err != nil {
+				continue
+			}
+			if fi.IsDir() {
+				if depth < fingerprintDepth && e.Name() != "blobs" && !strings.HasPrefix(e.Name(), ".") {
+					walk(p, depth+1)
+				}
+				continue
+			}
+			files++
+			fmt.Fprintf(h, "%s\x00%d\x00%d\n", p, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	walk("", 0)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -222,26 +356,34 @@ func (r *Repository) Reload() error {
 	r.mu.RLock()
 	byDir := map[string]*slot{}
 	for _, s := range r.slots {
-		byDir[s.dir] = s
+		byDir[s.md.Dir] = s
 	}
 	r.mu.RUnlock()
-	dirs, err := modelDirs(r.Root)
+	mds, err := r.modelDirs(false)
 	if err != nil {
 		return err
 	}
 	for dir, s := range byDir {
-		if !slices.Contains(dirs, dir) {
+		if !slices.ContainsFunc(mds, func(md ModelDir) bool { return md.Dir == dir }) {
 			r.remove(s)
 		}
 	}
 	var errs []error
-	for _, dir := range dirs {
+	for _, md := range mds {
+		dir := md.Dir
 		s := byDir[dir]
 		fp := fingerprint(dir)
 		if s != nil && s.fingerprint == fp {
 			continue
 		}
-		m, err := Open(dir, r.b, r.log)
+		if s == nil && r.refused[dir] == fp {
+			continue // refused before, and unchanged
+		}
+		m, err := openDir(md, r.b, r.log)
+		if s == nil && r.skip(md, fp, err) {
+			continue
+		}
+		delete(r.refused, dir)
 		if err == nil && s != nil && m.Name() != s.cur.m.Name() {
 			m.Close()
 			err = fmt.Errorf("models: %s: a reload may not rename model %q to %q: restart to rename", dir, s.cur.m.Name(), m.Name())
@@ -251,8 +393,11 @@ func (r *Repository) Reload() error {
 				s.mu.Lock()
 				s.fingerprint, s.failed = fp, err.Error()
 				s.mu.Unlock()
+				r.log.Error("reload failed, previous generation keeps serving", "dir", dir, "err", err)
+			} else {
+				r.refused[dir] = fp
+				r.log.Error("new model folder failed to load", "dir", dir, "err", err)
 			}
-			r.log.Error("reload failed, previous generation keeps serving", "dir", dir, "err", err)
 			errs = append(errs, err)
 			continue
 		}
@@ -260,7 +405,7 @@ func (r *Repository) Reload() error {
 			r.mu.Lock()
 			_, dup := r.slots[m.Name()]
 			if !dup {
-				r.slots[m.Name()] = &slot{dir: dir, cur: &generation{m: m}, fingerprint: fp}
+				r.slots[m.Name()] = &slot{md: md, cur: &generation{m: m}, fingerprint: fp}
 				r.changes++
 			}
 			r.mu.Unlock()
@@ -296,7 +441,7 @@ func (r *Repository) remove(s *slot) {
 	r.changes++
 	r.mu.Unlock()
 	r.retire(s.cur)
-	r.log.Warn("model removed: its folder or model.yaml is gone", "model", name, "dir", s.dir)
+	r.log.Warn("model removed: its folder, or its model.yaml or model files, is gone", "model", name, "dir", s.md.Dir)
 }
 
 // retire waits for the requests using a generation, then closes it. Meanwhile Abort can

@@ -34,6 +34,20 @@ func (v versioned) Embed(ctx context.Context, version string, texts []string, o 
 	return v.fakeModel.Embed(ctx, version, texts, o)
 }
 
+func (v versioned) ClassifyPairs(ctx context.Context, version string, inputs []models.Input, o models.ClassifyOptions) ([][]float32, models.Stats, error) {
+	if version != "" && version != "v1" {
+		return nil, models.Stats{}, &models.UnknownError{Kind: models.ErrUnknownVersion, Name: version, Known: []string{"v1"}}
+	}
+	return v.fakeModel.ClassifyPairs(ctx, version, inputs, o)
+}
+
+func (v versioned) Rerank(ctx context.Context, version, query string, texts []string, o models.RerankOptions) ([]float32, models.Stats, error) {
+	if version != "" && version != "v1" {
+		return nil, models.Stats{}, &models.UnknownError{Kind: models.ErrUnknownVersion, Name: version, Known: []string{"v1"}}
+	}
+	return v.fakeModel.Rerank(ctx, version, query, texts, o)
+}
+
 func (r compatRepo) Lookup(name string, task models.Task) (Pipeline, string, error) {
 	p, n, err := r.fakeRepo.Lookup(name, task)
 	if err != nil {
@@ -194,7 +208,7 @@ func getURL(t *testing.T, url string) (int, string) {
 }
 
 func TestKServe(t *testing.T) {
-	repo := fakeRepo{"emb": {task: models.TaskEmbed}, "cls": {task: models.TaskClassify}}
+	repo := fakeRepo{"emb": {task: models.TaskEmbed}, "cls": {task: models.TaskClassify}, "rr": {task: models.TaskRerank}}
 	ts, s := newCompatServer(t, repo)
 	gets := []struct {
 		path string
@@ -212,6 +226,8 @@ func TestKServe(t *testing.T) {
 		{"/v2/models/nope", 404, `{"error":"unknown model \"nope\"`},
 		{"/v2/models/emb/versions/v9", 404, `{"error":"unknown version \"emb/v9\"`},
 		{"/v2/models/emb/versions/v9/ready", 404, `unknown version`},
+		{"/v2/models/rr", 400, `{"error":"model \"rr\" is a rerank model: use /rerank or /v1/rerank"}`},
+		{"/v2/models/rr/ready", 400, `use /rerank`},
 	}
 	for _, tt := range gets {
 		if code, body := getURL(t, ts.URL+tt.path); code != tt.code || !strings.Contains(body, tt.want) {

@@ -338,6 +338,14 @@ func (nanModel) Classify(context.Context, string, []string, models.ClassifyOptio
 	return [][]float32{{float32(math.NaN()), 1}}, models.Stats{Version: "v1", Labels: []string{"negative", "positive"}}, nil
 }
 
+func (n nanModel) ClassifyPairs(ctx context.Context, version string, _ []models.Input, o models.ClassifyOptions) ([][]float32, models.Stats, error) {
+	return n.Classify(ctx, version, nil, o)
+}
+
+func (nanModel) Rerank(context.Context, string, string, []string, models.RerankOptions) ([]float32, models.Stats, error) {
+	return []float32{0.5, float32(math.NaN())}, models.Stats{Version: "v1"}, nil
+}
+
 type nanRepo struct{ fakeRepo }
 
 func (nanRepo) Lookup(string, models.Task) (Pipeline, string, error) {
@@ -358,6 +366,8 @@ func TestNaNResponses(t *testing.T) {
 		{"/v1/embeddings", `{"input":"a"}`, `{"error":{"message":"` + msg + `","type":"server_error","param":null,"code":null}}`},
 		{"/v1/embeddings", `{"input":"a","encoding_format":"base64"}`, ""}, // base64 carries NaN's bits
 		{"/v2/models/emb/infer", `{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`, `{"error":"` + msg + `"}`},
+		{"/rerank", `{"query":"q","texts":["a","b"]}`, `{"error":"inference failed: the score of text 1 is NaN","error_type":"Backend"}`},
+		{"/v1/rerank", `{"query":"q","documents":["a","b"]}`, `{"error":{"message":"inference failed: the score of text 1 is NaN","type":"server_error","param":null,"code":null}}`},
 	} {
 		w := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, tt.path, strings.NewReader(tt.body))

@@ -252,13 +252,20 @@ func (s *Server) kserveReady(w http.ResponseWriter, _ *http.Request) {
 }
 
 // kserveModel finds the model and version in the URL, as the repository has them now; on
-// failure it has answered. A version segment in the URL must name one: an empty one
+// failure it has answered. A rerank model is not served over KServe (400, naming /rerank). A version segment in the URL must name one: an empty one
 // (/versions//infer) is not the default version.
 func (s *Server) kserveModel(w http.ResponseWriter, r *http.Request) (ModelInfo, string, bool) {
 	name, version := chi.URLParam(r, "model"), chi.URLParam(r, "version")
 	mi, err := s.repo.Model(name)
 	if err != nil {
 		s.fail(w, r, err)
+		return mi, "", false
+	}
+	if mi.Task == string(models.TaskRerank) {
+		// KServe's tensors here are one BYTES input of texts; a reranker takes a query and
+		// its texts, which /rerank and /v1/rerank serve. Refused rather than described as
+		// what it is not.
+		s.fail(w, r, &models.WrongTaskError{Model: mi.Name, Task: models.TaskRerank})
 		return mi, "", false
 	}
 	hasVersion := slices.Contains(chi.RouteContext(r.Context()).URLParams.Keys, "version")

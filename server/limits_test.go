@@ -36,10 +36,19 @@ func TestMaxInputChars(t *testing.T) {
 		{"tokenize cut", "/tokenize", `{"inputs":["abc","abcdefg"]}`, true, 200, `"text":"abcde"`, nil},
 		{"tokenize refused", "/tokenize", `{"inputs":["abc","abcdefg"]}`, false, 413, over, nil},
 		{"count before characters", "/embed", `{"inputs":["a","b","c","d","abcdefg"]}`, true, 413, "5 inputs is over the limit of 4", nil},
+		{"predict pair cut", "/predict", `{"inputs":[["abc"],["abcdefg","xyzxyzx"]]}`, true, 200, "", []string{"abc", "abcde", "xyzxy"}},
+		{"predict pair refused", "/predict", `{"inputs":[["abc"],["abc","abcdefg"]],"truncate":false}`, true, 413, "input 1's second text has 7 characters, over the limit of 5", nil},
+		{"predict pairs counted as one each", "/predict", `{"inputs":[["a","b"],["a","b"],["a","b"],["a","b"],["a","b"]]}`, true, 413, "5 inputs is over the limit of 4", nil},
+		{"rerank cut", "/rerank", `{"query":"qqqqqqq","texts":["abc","abcdefg"]}`, true, 200, "", []string{"abc", "abcde"}},
+		{"rerank text refused", "/rerank", `{"query":"q","texts":["abc","abcdefg"],"truncate":false}`, true, 413, "texts[1] has 7 characters, over the limit of 5", nil},
+		{"rerank query refused", "/rerank", `{"query":"qqqqqqq","texts":["abc"]}`, false, 413, "query has 7 characters, over the limit of 5", nil},
+		{"rerank count", "/rerank", `{"query":"q","texts":["a","b","c","d","e"]}`, true, 413, "5 texts is over the limit of 4", nil},
+		{"v1 rerank cut", "/v1/rerank", `{"query":"q","documents":["abc",{"text":"abcdefg"}]}`, true, 200, "", []string{"abc", "abcde"}},
+		{"v1 rerank refused", "/v1/rerank", `{"query":"q","documents":["abc",{"text":"abcdefg"}]}`, false, 413, "documents[1] has 7 characters, over the limit of 5", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			repo := fakeRepo{"emb": {task: models.TaskEmbed}, "cls": {task: models.TaskClassify}}
+			repo := fakeRepo{"emb": {task: models.TaskEmbed}, "cls": {task: models.TaskClassify}, "rr": {task: models.TaskRerank}}
 			cfg := DefaultConfig()
 			cfg.MaxInputs, cfg.MaxInputChars, cfg.AutoTruncate = 4, 5, tt.autoTruncate
 			s := New(cfg, compatRepo{repo}, slog.New(slog.DiscardHandler), nil)
@@ -51,8 +60,17 @@ func TestMaxInputChars(t *testing.T) {
 				t.Fatalf("got %d %s, want %d containing %s", resp.StatusCode, body, tt.code, tt.want)
 			}
 			seen := repo["emb"].seen
-			if strings.HasPrefix(tt.path, "/predict") {
-				seen = repo["cls"].seen
+			switch {
+			case strings.HasPrefix(tt.path, "/predict"):
+				seen = nil
+				for _, in := range repo["cls"].seenInputs {
+					seen = append(seen, in.Text)
+					if in.Pair {
+						seen = append(seen, in.Second)
+					}
+				}
+			case strings.Contains(tt.path, "rerank"):
+				seen = repo["rr"].seen
 			}
 			if !slices.Equal(seen, tt.seen) {
 				t.Errorf("model got %q, want %q", seen, tt.seen)

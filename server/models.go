@@ -16,6 +16,11 @@ type Pipeline interface {
 	// Classify's Stats.Labels name the scores' columns: they come from the same model
 	// generation as the scores, whatever reload happens meanwhile.
 	Classify(ctx context.Context, version string, texts []string, o models.ClassifyOptions) ([][]float32, models.Stats, error)
+	// ClassifyPairs is Classify for inputs of which any may be a pair of texts (/predict's
+	// [["premise", "hypothesis"]]).
+	ClassifyPairs(ctx context.Context, version string, inputs []models.Input, o models.ClassifyOptions) ([][]float32, models.Stats, error)
+	// Rerank scores each text against query (a cross-encoder), in texts' order.
+	Rerank(ctx context.Context, version, query string, texts []string, o models.RerankOptions) ([]float32, models.Stats, error)
 	// Dimension is the length of Embed's vectors (0: unknown).
 	Dimension() int
 	// Tokenize returns each text's tokens for display (/tokenize); the slices are the caller's.

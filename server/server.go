@@ -99,6 +99,7 @@ func (s *Server) Handler() http.Handler {
 		r.Get("/info", s.info)
 		r.With(s.admit("/embed")).Post("/embed", s.embed)
 		r.With(s.admit("/predict")).Post("/predict", s.predict)
+		r.With(s.admit("/rerank")).Post("/rerank", s.rerank)
 		r.With(s.admit("/")).Post("/", s.root) // TEI's route for its model: tei_root.go
 		r.Post("/tokenize", s.tokenize)
 		r.Get("/openapi.json", s.openAPI)
@@ -111,6 +112,7 @@ func (s *Server) Handler() http.Handler {
 		r.NotFound(s.notFound)
 		r.MethodNotAllowed(s.methodNotAllowed)
 		r.With(s.admit("/v1/embeddings")).Post("/embeddings", s.openAIEmbeddings)
+		r.With(s.admit("/v1/rerank")).Post("/rerank", s.openAIRerank) // Cohere's and Jina's
 	})
 	r.Route("/v2", func(r chi.Router) { // KServe's Open Inference Protocol
 		r.Use(inFamily(familyKServe))
@@ -288,12 +290,9 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	texts, ok := singles(w, r, req.Inputs)
-	if !ok {
-		return
-	}
 	truncate := s.truncate(req.Truncate)
-	if !s.checkInputs(w, r, texts, truncate) {
+	inputs, ok := s.predictInputs(w, r, req.Inputs, truncate)
+	if !ok {
 		return
 	}
 	p, name, err := s.repo.Lookup(req.Model, models.TaskClassify)
@@ -301,7 +300,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	scores, st, err := p.Classify(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Raw: req.RawScores})
+	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, inputs, models.ClassifyOptions{Truncate: truncate, Raw: req.RawScores})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -316,18 +315,29 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	writeEncoded(w, r, http.StatusOK, out, appendPredictionRows)
 }
 
-// singles is the texts of /predict's inputs, each a single text: the served classifiers
-// take no pairs. On a pair it has answered.
-func singles(w http.ResponseWriter, r *http.Request, in PredictInputs) ([]string, bool) {
-	texts := make([]string, len(in.Seqs))
+// predictInputs holds /predict's inputs, single texts and pairs (TEI's [["premise",
+// "hypothesis"]], which a classifier reads through its tokenizer's pair template), to the
+// limits, as checkInputs does: the count is of inputs, a pair being one; the characters are
+// of each text. On a violation it has answered.
+func (s *Server) predictInputs(w http.ResponseWriter, r *http.Request, in PredictInputs, truncate bool) ([]models.Input, bool) {
+	if !s.checkCount(w, r, len(in.Seqs), "inputs") {
+		return nil, false
+	}
+	out := make([]models.Input, len(in.Seqs))
 	for i, seq := range in.Seqs {
-		if len(seq) != 1 {
-			writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("input %d is a pair of texts: the served classifiers take one text each", i))
+		name := func(int) string { return "input " + strconv.Itoa(i) }
+		if len(seq) == 2 {
+			name = func(j int) string { return fmt.Sprintf("input %d's %s text", i, [2]string{"first", "second"}[j]) }
+		}
+		if !s.checkChars(w, r, seq, truncate, name) {
 			return nil, false
 		}
-		texts[i] = seq[0]
+		out[i].Text = seq[0]
+		if len(seq) == 2 {
+			out[i].Second, out[i].Pair = seq[1], true
+		}
 	}
-	return texts, true
+	return out, true
 }
 
 // rankPredictions pairs each row of scores with labels, sorted by score, highest first (ties
@@ -419,14 +429,27 @@ func badJSON(w http.ResponseWriter, r *http.Request, what string, err error) {
 // effective "truncate") is set, and refused otherwise. On a violation it answers the client
 // itself, naming the limit, and returns false.
 func (s *Server) checkInputs(w http.ResponseWriter, r *http.Request, texts []string, truncate bool) bool {
-	switch n := len(texts); {
+	return s.checkCount(w, r, len(texts), "inputs") &&
+		s.checkChars(w, r, texts, truncate, func(i int) string { return "input " + strconv.Itoa(i) })
+}
+
+// checkCount is checkInputs' count: n texts (or pairs, or documents) of the request field
+// named field, at least one and at most MaxInputs.
+func (s *Server) checkCount(w http.ResponseWriter, r *http.Request, n int, field string) bool {
+	switch {
 	case n == 0:
-		writeError(w, r, http.StatusUnprocessableEntity, "Empty", "inputs is empty: send at least one text")
+		writeError(w, r, http.StatusUnprocessableEntity, "Empty", field+" is empty: send at least one text")
 		return false
 	case n > s.cfg.MaxInputs:
-		writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%d inputs is over the limit of %d per request (max_client_batch_size): split the request", n, s.cfg.MaxInputs))
+		writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%d %s is over the limit of %d per request (max_client_batch_size): split the request", n, field, s.cfg.MaxInputs))
 		return false
 	}
+	return true
+}
+
+// checkChars is checkInputs' characters: each text at most MaxInputChars, cut in place when
+// truncate, else refused; name(i) names texts[i] in the message.
+func (s *Server) checkChars(w http.ResponseWriter, r *http.Request, texts []string, truncate bool, name func(int) string) bool {
 	limit := s.cfg.MaxInputChars
 	if limit <= 0 {
 		return true
@@ -440,7 +463,7 @@ func (s *Server) checkInputs(w http.ResponseWriter, r *http.Request, texts []str
 			continue
 		}
 		if !truncate {
-			writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d characters, over the limit of %d (max_input_chars): shorten it or send \"truncate\": true", i, chars, limit))
+			writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%s has %d characters, over the limit of %d (max_input_chars): shorten it or send \"truncate\": true", name(i), chars, limit))
 			return false
 		}
 		texts[i] = cutChars(text, limit)
@@ -483,11 +506,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &unknown):
 		writeError(w, r, http.StatusNotFound, "NotFound", unknownMessage(unknown))
 	case errors.As(err, &wrongTask):
-		route := "/embed"
-		if wrongTask.Task == models.TaskClassify {
+		route := "/embed or /v1/embeddings"
+		switch wrongTask.Task {
+		case models.TaskClassify:
 			route = "/predict"
+		case models.TaskRerank:
+			route = "/rerank or /v1/rerank"
 		}
 		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
+	case errors.Is(err, tokenize.ErrNoPairs):
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "this model's tokenizer cannot join pairs of texts (its post_processor is not one ortserve reads): send single texts")
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
 		w.WriteHeader(499)

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +24,13 @@ import (
 )
 
 // fakeModel answers like a model: embeddings are [len(text), 1, 0]; classification gives
-// logits [0, len(text)]. err, when set, is returned instead.
+// logits [0, len(text)]; reranking, see Rerank. err, when set, is returned instead.
 type fakeModel struct {
-	task models.Task
-	err  error
-	seen []string
+	task       models.Task
+	err        error
+	seen       []string
+	seenInputs []models.Input // ClassifyPairs'
+	query      string         // Rerank's
 }
 
 func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error) {
@@ -61,6 +64,51 @@ func (f *fakeModel) Classify(_ context.Context, version string, texts []string, 
 		}
 	}
 	return out, models.Stats{Version: "v1", Labels: f.Labels()}, nil
+}
+
+// ClassifyPairs classifies as Classify, a pair's length being both texts'. It records the
+// inputs in seenInputs.
+func (f *fakeModel) ClassifyPairs(_ context.Context, version string, inputs []models.Input, o models.ClassifyOptions) ([][]float32, models.Stats, error) {
+	f.seenInputs = inputs
+	if f.err != nil {
+		return nil, models.Stats{}, f.err
+	}
+	if f.task != models.TaskClassify {
+		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
+	}
+	out := make([][]float32, len(inputs))
+	for i, in := range inputs {
+		out[i] = []float32{0, float32(len(in.Text) + len(in.Second))}
+		if !o.Raw {
+			models.Softmax(out[i])
+		}
+	}
+	return out, models.Stats{Version: "v1", Labels: f.Labels()}, nil
+}
+
+// Rerank's logit for a text is its length, positive when it contains the query, else
+// negative; the score its sigmoid unless raw. Tokens are the texts' bytes.
+func (f *fakeModel) Rerank(_ context.Context, version, query string, texts []string, o models.RerankOptions) ([]float32, models.Stats, error) {
+	f.seen, f.query = texts, query
+	if f.err != nil {
+		return nil, models.Stats{}, f.err
+	}
+	if f.task != models.TaskRerank {
+		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
+	}
+	out := make([]float32, len(texts))
+	st := models.Stats{Version: "v1"}
+	for i, t := range texts {
+		out[i] = -float32(len(t))
+		if strings.Contains(t, query) {
+			out[i] = float32(len(t))
+		}
+		if !o.Raw {
+			out[i] = models.Sigmoid(out[i])
+		}
+		st.Tokens += len(query) + len(t)
+	}
+	return out, st, nil
 }
 
 func (f *fakeModel) Labels() []string { return []string{"negative", "positive"} }
@@ -224,13 +272,30 @@ func TestPredict(t *testing.T) {
 	if batch[1][0].Score != 2 || batch[1][0].Label != "positive" {
 		t.Errorf("raw scores: got %+v", batch[1])
 	}
-	if got := repo["cls"].seen; len(got) != 2 || got[1] != "bb" {
-		t.Errorf("model saw %q", got)
+	if got := repo["cls"].seenInputs; len(got) != 2 || got[1] != (models.Input{Text: "bb"}) {
+		t.Errorf("model saw %+v", got)
+	}
+	// Pairs (TEI's NLI inputs), alone or mixed with single texts.
+	resp, body = post(t, ts.URL+"/predict", `{"inputs":["a","bb"],"raw_scores":true}`)
+	if err := json.Unmarshal([]byte(body), &single); err != nil || resp.StatusCode != 200 || single[0].Score != 3 {
+		t.Errorf("one pair: %d %s %v", resp.StatusCode, body, err)
+	}
+	if got := repo["cls"].seenInputs; len(got) != 1 || got[0] != (models.Input{Text: "a", Second: "bb", Pair: true}) {
+		t.Errorf("model saw %+v", got)
+	}
+	resp, body = post(t, ts.URL+"/predict", `{"inputs":[["a"],["premise","hypothesis"],["c"]]}`)
+	if err := json.Unmarshal([]byte(body), &batch); err != nil || resp.StatusCode != 200 || len(batch) != 3 {
+		t.Errorf("mixed batch: %d %s %v", resp.StatusCode, body, err)
+	}
+	want := []models.Input{{Text: "a"}, {Text: "premise", Second: "hypothesis", Pair: true}, {Text: "c"}}
+	if got := repo["cls"].seenInputs; !slices.Equal(got, want) {
+		t.Errorf("model saw %+v, want %+v", got, want)
 	}
 	for _, tt := range []struct{ body, want string }{
-		{`{"inputs":["a","b"]}`, "pair of texts"},
 		{`{"inputs":[["a","b","c"]]}`, "inputs must be"},
 		{`{"inputs":[]}`, "inputs must be"},
+		{`{"inputs":[["a",null]]}`, "inputs[0][1] is null, not a string"},
+		{`{"inputs":["a","b","c"]}`, "inputs must be"},
 	} {
 		resp, body := post(t, ts.URL+"/predict", tt.body)
 		if resp.StatusCode != 422 || !strings.Contains(body, tt.want) {

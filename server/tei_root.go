@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -12,7 +11,8 @@ import (
 )
 
 // POST / is TEI's route for the one model it serves: it does what the model's task does,
-// /embed's work for an embed model and /predict's for a classifier. ortserve serves many:
+// /embed's work for an embed model, /predict's for a classifier and /rerank's for a reranker
+// (with /rerank's body). ortserve serves many:
 // POST / serves the one the body names with "model" (and "version"), as /embed does; else
 // the first model (by name) of the task the body asks for (rootModel); else the first.
 //
@@ -83,11 +83,18 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if mi.Task == string(models.TaskClassify) {
+	switch models.Task(mi.Task) {
+	case models.TaskClassify:
 		s.rootClassify(w, r, &req, mi.Name, start)
-		return
+	case models.TaskRerank: // TEI's POST / for a reranker is /rerank
+		var rr RerankRequest
+		if s.decode(w, r, &rr) {
+			rr.Model = mi.Name
+			s.answerRerank(w, r, &rr, start)
+		}
+	default:
+		s.rootEmbed(w, r, &req, mi.Name, start)
 	}
-	s.rootEmbed(w, r, &req, mi.Name, start)
 }
 
 // rootModel is the model POST / serves: the one named; else the first (by name) that does
@@ -155,10 +162,6 @@ func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootR
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "bad JSON body: "+err.Error())
 		return
 	}
-	texts, ok := singles(w, r, inputs)
-	if !ok {
-		return
-	}
 	raw, sigmoid := req.RawScores, false
 	topK := 0 // all
 	if p := req.Parameters; p != nil {
@@ -183,7 +186,8 @@ func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootR
 		}
 	}
 	truncate := s.truncate(req.Truncate)
-	if !s.checkInputs(w, r, texts, truncate) {
+	texts, ok := s.predictInputs(w, r, inputs, truncate)
+	if !ok {
 		return
 	}
 	p, name, err := s.repo.Lookup(model, models.TaskClassify)
@@ -191,7 +195,7 @@ func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootR
 		s.fail(w, r, err)
 		return
 	}
-	scores, st, err := p.Classify(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Raw: raw})
+	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Raw: raw})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -199,7 +203,7 @@ func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootR
 	if sigmoid {
 		for _, row := range scores {
 			for j, x := range row {
-				row[j] = float32(1 / (1 + math.Exp(-float64(x))))
+				row[j] = models.Sigmoid(x)
 			}
 		}
 	}

@@ -12,6 +12,10 @@ import (
 // and the caller asked for no truncation.
 var ErrTooLong = errors.New("tokenize: input longer than the model's maximum")
 
+// ErrNoPairs is returned by EncodePairs when the tokenizer has no pair template this package
+// can read (ParseTemplate's error says why).
+var ErrNoPairs = errors.New("tokenize: the tokenizer cannot join pairs of texts")
+
 // TooLongError says which input was too long and by how much. It wraps ErrTooLong.
 type TooLongError struct {
 	Index  int // position of the input in the request
@@ -57,12 +61,20 @@ type Token struct {
 	// Start and Stop are byte offsets into the text: text[Start:Stop] is where the token came
 	// from. Both are 0 for special tokens.
 	Start, Stop int
+	// Second is true, in a pair of texts, for the tokens of the second text, into which
+	// their offsets point.
+	Second bool
 }
 
 // Tokenizer encodes texts. Implementations must be safe for concurrent use.
 type Tokenizer interface {
 	// Encode encodes each text with the model's special tokens.
 	Encode(texts []string, opts Options) ([]Encoding, error)
+	// EncodePairs encodes each pair of texts as one input, as HF tokenizers encodes
+	// tokenizer(a, b): the texts cut together to the maximum length by "longest_first", joined
+	// by the tokenizer's pair template (Template.EncodePair), type ids from it. An error names
+	// the pair by its index (*TooLongError) or says the tokenizer cannot join pairs.
+	EncodePairs(pairs []Pair, opts Options) ([]Encoding, error)
 	// Tokens encodes one text for display, with or without the special tokens, cut at the
 	// maximum length as Encode with Truncate does. The slice belongs to the caller.
 	Tokens(text string, addSpecial bool) ([]Token, error)

@@ -248,8 +248,8 @@ func batteryCases() []badRequest {
 
 	// Unknown routes under each prefix answer 404 in the prefix's shape.
 	for _, p := range []string{
-		"/embeds", "/embed/", "/embed/minilm", "/predicts", "/predict/x", "/tokenize/x", "/rerank", "/embed_sparse", "/nosuch",
-		"/v1", "/v1/", "/v1/embedding", "/v1/embeddings/", "/v1/embeddings/x", "/v1/chat/completions", "/v1/completions", "/v1/nosuch",
+		"/embeds", "/embed/", "/embed/minilm", "/predicts", "/predict/x", "/tokenize/x", "/rerank/x", "/embed_sparse", "/nosuch",
+		"/v1", "/v1/", "/v1/embedding", "/v1/embeddings/", "/v1/embeddings/x", "/v1/rerank/x", "/v1/chat/completions", "/v1/completions", "/v1/nosuch",
 		"/v2/nosuch", "/v2/models", "/v2/models/", "/v2/models/minilm/infer/", "/v2/models/minilm/infer/x", "/v2/models/minilm/versions/int8/infer/",
 		"/v2/models/minilm/versions/int8/infer/x", "/v2/models/minilm/versions", "/v2/models/minilm/generate", "/v2/repository/index",
 	} {
@@ -284,7 +284,9 @@ func batteryCases() []badRequest {
 	add("normalize a string", "/embed", `{"inputs":"hello","normalize":"yes"}`, 422)
 	add("raw_scores a number", "/predict", `{"inputs":"hello","raw_scores":1}`, 422)
 	add("add_special_tokens a string", "/tokenize", `{"inputs":"hello","add_special_tokens":"yes"}`, 422)
-	for _, in := range []string{`["a","b"]`, `[["a","b"]]`, `["a","b","c"]`, `[["a","b","c"]]`, `[["a"],"b"]`, `["a",["b"]]`, `[["a"],[]]`, `[["a"],null]`, `[["a"],[1]]`} {
+	// Pairs (["a","b"], [["a","b"]]) are served: the classifier reads them through its
+	// tokenizer's pair template.
+	for _, in := range []string{`["a","b","c"]`, `[["a","b","c"]]`, `[["a"],"b"]`, `["a",["b"]]`, `[["a"],[]]`, `[["a"],null]`, `[["a"],[1]]`} {
 		add("predict inputs "+in, "/predict", `{"inputs":`+in+`}`, 422)
 	}
 	add("predict batch over --max-inputs", "/predict", `{"inputs":[`+strings.Repeat(`["a"],`, batteryMaxInputs)+`["a"]]}`, 413)
@@ -324,7 +326,7 @@ func batteryCases() []badRequest {
 		{"top_k on an embed model", `"parameters":{"top_k":1}`, 400},
 		{"function_to_apply on an embed model", `"parameters":{"function_to_apply":"softmax"}`, 400},
 	} {
-		add("root minilm "+tc.name, "/", `{"inputs":"hello",`+tc.fields+`}`, tc.want)
+		add("root minilm "+tc.name, "/", `{"model":"minilm","inputs":"hello",`+tc.fields+`}`, tc.want)
 	}
 	for _, tc := range []struct {
 		name, fields string
@@ -337,7 +339,9 @@ func batteryCases() []badRequest {
 	} {
 		add("root sentiment "+tc.name, "/", `{"model":"sentiment","inputs":"hello",`+tc.fields+`}`, tc.want)
 	}
-	for _, in := range []string{`["a","b"]`, `[["a","b"]]`, `["a","b","c"]`, `[["a"],[]]`} {
+	// Pairs (["a","b"], [["a","b"]]) are served: the classifier reads them through its
+	// tokenizer's pair template.
+	for _, in := range []string{`["a","b","c"]`, `[["a"],[]]`} {
 		add("root sentiment inputs "+in, "/", `{"model":"sentiment","inputs":`+in+`}`, 422)
 	}
 

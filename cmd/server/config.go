@@ -23,6 +23,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
@@ -33,6 +34,7 @@ import (
 var fileKeys = []struct{ key, flag string }{
 	{"listen", "addr"},
 	{"models", "models"},
+	{"model", "model"},
 	{"ort_lib", "ort-lib"},
 	{"device", "device"},
 	{"device_id", "device-id"},
@@ -64,7 +66,8 @@ var fileKeys = []struct{ key, flag string }{
 	{"shutdown_drain_delay", "drain-delay"},
 }
 
-// pathFlags take paths; in the config file a relative one is from the file's folder.
+// pathFlags take paths; in the config file a relative one is from the file's folder. The
+// folders of --model are too, each of its list (relModelDirs).
 var pathFlags = map[string]bool{"models": true, "ort-lib": true, "api-key-file": true}
 
 // envName is the environment variable of a flag: --max-batch is ORTSERVE_MAX_BATCH.
@@ -204,7 +207,15 @@ func (l *loader) subject(name, value string, src source) string {
 func (l *loader) set(name, value string, src source) {
 	f := l.flags.Lookup(name)
 	before := f.Value.String()
+	// A repeatable flag adds to its list within one layer; a layer replaces the one before.
+	reset := func() {
+		if r, ok := f.Value.(interface{ Reset() }); ok {
+			r.Reset()
+		}
+	}
+	reset()
 	if err := l.flags.Set(name, value); err != nil {
+		reset()
 		l.flags.Set(name, before) // a failed Set may have stored a zero
 		want := "want a valid value"
 		switch f.Value.(flag.Getter).Get().(type) {
@@ -313,6 +324,9 @@ func (l *loader) mapping(path, section string, n *yaml.Node, bad func(string, ..
 			if pathFlags[name] && value != "" && !filepath.IsAbs(value) {
 				value = filepath.Join(filepath.Dir(path), value)
 			}
+			if name == "model" {
+				value = relModelDirs(value, filepath.Dir(path))
+			}
 			l.set(name, value, source{kind: fromFile, file: path, line: v.Line})
 		}
 	}
@@ -367,7 +381,16 @@ func (l *loader) validate() {
 
 	_, _, err := net.SplitHostPort(c.Addr)
 	check(err == nil, "addr", "want host:port, such as 127.0.0.1:8080 or :8080")
-	check(c.Models != "", "models", "name the model repository's folder")
+	if _, set := l.from["models"]; len(c.Model) > 0 && !set {
+		c.Models = "" // --model alone serves its folders only, not the default repository
+	}
+	check(c.Models != "" || len(c.Model) > 0, "models", "name the model repository's folder, or a model folder with --model")
+	names := map[string]bool{}
+	for _, s := range c.Model {
+		md, _ := parseModelDir(s) // Set has checked it
+		check(md.Name == "" || !names[md.Name], "model", "the name %s is given twice: name each folder's model once", md.Name)
+		names[md.Name] = true
+	}
 	check(c.ORTLib != "", "ort-lib", "name the ONNX Runtime library, libonnxruntime.so")
 	_, err = ort.ParseDevice(c.Device)
 	check(err == nil, "device", "unknown device %q: use auto, cuda or cpu", c.Device)
@@ -449,6 +472,73 @@ func (f listFlag) Set(s string) error {
 }
 
 func (f listFlag) Get() any { return f.String() }
+
+// modelFlag is --model: model folders served on their own, each DIR or NAME=DIR. On the
+// command line it may be given more than once, and a value may list several, comma-separated,
+// as the file and the environment do. Like any setting, each layer that sets it replaces the
+// list of the one before (loader.set resets it first).
+type modelFlag struct{ p *[]string }
+
+func (f modelFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f modelFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if _, err := parseModelDir(v); err != nil {
+			return err
+		}
+		*f.p = append(*f.p, v)
+	}
+	return nil
+}
+
+func (f modelFlag) Get() any { return f.String() }
+
+// Reset empties the list, for the next layer to set it anew.
+func (f modelFlag) Reset() { *f.p = nil }
+
+// parseModelDir reads one --model value: DIR, or NAME=DIR to serve the folder's model under
+// NAME. A value whose part before "=" holds a path separator is a folder.
+func parseModelDir(s string) (models.ModelDir, error) {
+	name, dir, ok := strings.Cut(s, "=")
+	if !ok || strings.ContainsAny(name, `/\`) {
+		return models.ModelDir{Dir: s}, nil
+	}
+	switch {
+	case name == "":
+		return models.ModelDir{}, fmt.Errorf("%q: put the model's name before =, or leave the = out", s)
+	case dir == "":
+		return models.ModelDir{}, fmt.Errorf("%q: name the model folder after =", s)
+	case strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "":
+		return models.ModelDir{}, fmt.Errorf("model name %q: use letters, digits, '.', '_' and '-'", name)
+	}
+	return models.ModelDir{Name: name, Dir: dir}, nil
+}
+
+// relModelDirs takes --model's relative folders from base, the config file's folder.
+func relModelDirs(value, base string) string {
+	items := strings.Split(value, ",")
+	for i, v := range items {
+		v = strings.TrimSpace(v)
+		md, err := parseModelDir(v)
+		if err != nil || v == "" || filepath.IsAbs(md.Dir) {
+			items[i] = v
+			continue
+		}
+		items[i] = filepath.Join(base, md.Dir)
+		if md.Name != "" {
+			items[i] = md.Name + "=" + items[i]
+		}
+	}
+	return strings.Join(items, ",")
+}
 
 // sloFlag is --slo: a latency objective as p95=50ms (runtime.ParseSLO), empty for none.
 type sloFlag struct{ d *time.Duration }

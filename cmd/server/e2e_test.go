@@ -177,7 +177,7 @@ func TestServeEndToEnd(t *testing.T) {
 			} `json:"models"`
 		}
 		body := get(t, url+"/info")
-		if err := json.Unmarshal([]byte(body), &info); err != nil || info.Provider != "CPUExecutionProvider" || len(info.Models) != 2 {
+		if err := json.Unmarshal([]byte(body), &info); err != nil || info.Provider != "CPUExecutionProvider" || len(info.Models) != 3 { // minilm, reranker, sentiment
 			t.Errorf("info: %s", body)
 		}
 		if get(t, url+"/health") == "" {

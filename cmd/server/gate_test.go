@@ -304,7 +304,7 @@ func TestGateUsage(t *testing.T) {
 	os.WriteFile(filepath.Join(tmp, "data.txt"), []byte("a text\n"), 0o644)
 	// A second model folder whose model.yaml is broken: only asking for it is an error.
 	os.Mkdir(filepath.Join(root, "broken"), 0o755)
-	os.WriteFile(filepath.Join(root, "broken", "model.yaml"), []byte("name: broken\ntask: rerank\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "broken", "model.yaml"), []byte("name: broken\ntask: generate\n"), 0o644)
 
 	base := []string{"gate", "--models", root, "--device", "cpu"}
 	tests := []struct {
@@ -314,7 +314,7 @@ func TestGateUsage(t *testing.T) {
 	}{
 		{"no model", []string{"--data", good, "--max-drop", "1"}, "no --model"},
 		{"unknown model", []string{"--model", "nope", "--data", good, "--max-drop", "1"}, `unknown model "nope" (have [sentiment])`},
-		{"broken model.yaml", []string{"--model", "broken", "--data", good, "--max-drop", "1"}, `task "rerank"`},
+		{"broken model.yaml", []string{"--model", "broken", "--data", good, "--max-drop", "1"}, `task "generate"`},
 		{"unknown baseline", []string{"--model", "sentiment", "--baseline", "fp64", "--data", good, "--max-drop", "1"}, `baseline "fp64" is not one of the versions`},
 		{"unknown candidate", []string{"--model", "sentiment", "--candidate", "int4", "--data", good, "--max-drop", "1"}, `candidate "int4" is not one of the versions`},
 		{"candidate is baseline", []string{"--model", "sentiment", "--candidate", "fp32", "--data", good, "--max-drop", "1"}, `candidate "fp32" is the baseline`},

@@ -23,12 +23,13 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/runtime/ort"
 )
 
 // inspectConfig is what `server inspect` takes.
 type inspectConfig struct {
-	Target  string // a model's name in the repository, or an ONNX file
+	Target  string // a model's name in the repository, a model folder's path, or an ONNX file
 	Version string // one version of a model; "": all
 	JSON    bool
 	serve   serveConfig // the repository, library and device, as serve reads them
@@ -54,7 +55,8 @@ func inspectFlags(c *inspectConfig, models, device, config *string) *flag.FlagSe
 Reports an ONNX file's size, format, inputs and outputs, operators (quantized ones marked)
 and fp16 content, and where ONNX Runtime places each node: it runs the file once on dummy
 inputs with ONNX Runtime's profiler on. MODEL_OR_FILE is a model in the repository (every
-version, or --version V) or a path to an .onnx file.
+version, or --version V), a model folder's path (a Hugging Face folder too, as serve --model
+reads it), or a path to an .onnx file.
 
 `)
 		fs.PrintDefaults()
@@ -112,18 +114,21 @@ func inspectTargets(c inspectConfig) ([]inspectTarget, error) {
 		}
 		return []inspectTarget{{Path: c.Target}}, nil
 	}
-	if strings.HasSuffix(c.Target, ".onnx") || strings.ContainsRune(c.Target, filepath.Separator) {
-		return nil, usagef("no file %s: name an .onnx file, or a model in the repository", c.Target)
+	dir := c.Target // a model folder by its path, as serve --model names one
+	if !strings.ContainsRune(dir, filepath.Separator) || !models.IsModelDir(dir) {
+		if strings.HasSuffix(c.Target, ".onnx") || strings.ContainsRune(c.Target, filepath.Separator) {
+			return nil, usagef("no file %s: name an .onnx file, a model folder, or a model in the repository", c.Target)
+		}
+		known, err := modelNames(c.serve.Models)
+		if err != nil {
+			return nil, usagef("unknown model %q: no model repository at %s: point --models at one, or name an .onnx file", c.Target, c.serve.Models)
+		}
+		var ok bool
+		if dir, ok = known[c.Target]; !ok {
+			return nil, usagef("unknown model %q in %s: have %s, or name an .onnx file", c.Target, c.serve.Models, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
 	}
-	known, err := modelNames(c.serve.Models)
-	if err != nil {
-		return nil, usagef("unknown model %q: no model repository at %s: point --models at one, or name an .onnx file", c.Target, c.serve.Models)
-	}
-	dir, ok := known[c.Target]
-	if !ok {
-		return nil, usagef("unknown model %q in %s: have %s, or name an .onnx file", c.Target, c.serve.Models, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
-	}
-	cfg, err := models.ReadConfig(dir)
+	cfg, err := models.LoadConfig(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, usagef("%w: fix the model's %s", err, models.ConfigFile)
 	}
@@ -142,9 +147,9 @@ func inspectTargets(c inspectConfig) ([]inspectTarget, error) {
 	return out, nil
 }
 
-// modelNames maps the names of the repository's models to their folders. A folder whose
-// model.yaml is broken is listed under its folder's name, so that inspecting it says what
-// is wrong.
+// modelNames maps the names of the repository's models to their folders: those with a
+// model.yaml and Hugging Face folders (their config inferred). A folder whose config is
+// broken is listed under its folder's name, so that inspecting it says what is wrong.
 func modelNames(root string) (map[string]string, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -153,11 +158,11 @@ func modelNames(root string) (map[string]string, error) {
 	names := map[string]string{}
 	for _, e := range entries {
 		dir := filepath.Join(root, e.Name())
-		if _, err := os.Stat(filepath.Join(dir, models.ConfigFile)); err != nil {
+		if !models.IsModelDir(dir) {
 			continue
 		}
 		name := e.Name()
-		if cfg, err := models.ReadConfig(dir); err == nil {
+		if cfg, err := models.LoadConfig(dir, slog.New(slog.DiscardHandler)); err == nil {
 			name = cfg.Name
 		}
 		names[name] = dir
@@ -193,7 +198,7 @@ type fileReport struct {
 	Model   string         `json:"model,omitempty"`
 	Version string         `json:"version,omitempty"`
 	Devices []string       `json:"devices,omitempty"`
-	File    ort.ModelInfo  `json:"file"`
+	File    onnx.ModelInfo `json:"file"`
 	Place   *ort.Placement `json:"placement,omitempty"`
 	// PlaceError says why the placement could not be seen.
 	PlaceError string `json:"placement_error,omitempty"`
@@ -230,7 +235,7 @@ func inspect(ctx context.Context, c inspectConfig, targets []inspectTarget, env 
 		}
 		f := fileReport{Model: t.Model, Version: t.Version, Devices: t.Devices}
 		start := time.Now()
-		m, err := ort.ReadModel(t.Path)
+		m, err := onnx.ReadModel(t.Path)
 		if err != nil {
 			return err
 		}
@@ -268,7 +273,7 @@ func inspect(ctx context.Context, c inspectConfig, targets []inspectTarget, env 
 // quantized nodes, and the nodes per provider after ONNX Runtime's optimizations. Without a
 // placement, placed is all:CPUExecutionProvider on CPU (the only provider there: serve does
 // not profile it) and unknown on another provider.
-func placementSummary(m ort.ModelInfo, p *ort.Placement, provider ort.Provider) []any {
+func placementSummary(m onnx.ModelInfo, p *ort.Placement, provider ort.Provider) []any {
 	kv := []any{"provider", string(provider), "nodes", m.Nodes, "quantized", m.QuantizedNodes}
 	if m.FP16Initializers > 0 || m.FP16Casts > 0 {
 		kv = append(kv, "fp16_initializers", m.FP16Initializers)
@@ -335,13 +340,13 @@ func writeFileReport(w io.Writer, f fileReport) error {
 	}
 	fmt.Fprintf(tw, "  file\t%s, IR version %d, produced by %s, opsets %s\n", mib(m.Size), m.IRVersion,
 		cmp.Or(strings.TrimSpace(m.Producer+" "+m.ProducerVersion), "(unknown)"), cmp.Or(strings.Join(opsets, ", "), "(none)"))
-	for i, vs := range [][]ort.IOInfo{m.Inputs, m.Outputs} {
+	for i, vs := range [][]onnx.IOInfo{m.Inputs, m.Outputs} {
 		label := [2]string{"inputs", "outputs"}[i]
 		for j, v := range vs {
 			if j > 0 {
 				label = ""
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", label, v.Name, v.Type, ort.ShapeString(v.Shape))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", label, v.Name, v.Type, onnx.ShapeString(v.Shape))
 		}
 	}
 	fp16 := "no"
@@ -414,7 +419,7 @@ func writePlacementTable(w io.Writer, p ort.Placement) {
 	rows := [][]string{head, all}
 	for _, op := range ops {
 		row := []string{op}
-		if ort.IsQuantizedOp(op) {
+		if onnx.IsQuantizedOp(op) {
 			row[0] += "*"
 		}
 		for _, n := range counts[op] {
@@ -457,7 +462,7 @@ func writeTable(w io.Writer, indent string, rows [][]string) {
 // to profile: CPU is the only provider.
 func (b *backend) logPlacement(spec models.ExecSpec) {
 	start := time.Now()
-	m, err := ort.ReadModel(spec.Path)
+	m, err := onnx.ReadModel(spec.Path)
 	if err != nil {
 		b.log.Warn("placement not checked", "model", spec.Model, "version", spec.Version, "err", err)
 		return
@@ -476,7 +481,7 @@ func (b *backend) logPlacement(spec models.ExecSpec) {
 
 // writePlacementLog logs a version's placement summary, and a warning if it has nodes on CPU
 // although its sessions run on another provider.
-func writePlacementLog(log *slog.Logger, spec models.ExecSpec, m ort.ModelInfo, p *ort.Placement, provider ort.Provider, took time.Duration) {
+func writePlacementLog(log *slog.Logger, spec models.ExecSpec, m onnx.ModelInfo, p *ort.Placement, provider ort.Provider, took time.Duration) {
 	attrs := append([]any{"model", spec.Model, "version", spec.Version}, placementSummary(m, p, provider)...)
 	log.Info("placement", append(attrs, "took", took.Round(time.Millisecond))...)
 	if p != nil && len(p.Fallback) > 0 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
@@ -194,7 +195,7 @@ func TestInspectServeLogsPlacement(t *testing.T) {
 
 // On CUDA, nodes ONNX Runtime put on CPU are a warning naming their operators.
 func TestInspectPlacementWarning(t *testing.T) {
-	m := ort.ModelInfo{Nodes: 10, QuantizedNodes: 4}
+	m := onnx.ModelInfo{Nodes: 10, QuantizedNodes: 4}
 	p := &ort.Placement{
 		Provider: ort.ProviderCUDA, Nodes: 8, QuantizedNodes: 3,
 		Providers: []ort.ProviderCount{{Provider: "CUDAExecutionProvider", Nodes: 5}, {Provider: "CPUExecutionProvider", Nodes: 3}},

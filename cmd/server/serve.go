@@ -30,9 +30,12 @@ import (
 // serveConfig is everything `server serve` takes: defaults, then a --config file, then
 // ORTSERVE_* environment variables, then flags (config.go).
 type serveConfig struct {
-	Config   string // the YAML file read, if any
-	Addr     string
-	Models   string
+	Config string // the YAML file read, if any
+	Addr   string
+	Models string
+	// Model are model folders served on their own, each DIR or NAME=DIR (parseModelDir);
+	// given alone, without Models from any layer, they are all that is served.
+	Model    []string
 	ORTLib   string
 	Device   string
 	DeviceID int
@@ -86,7 +89,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&c.Config, "config", c.Config, "YAML file of settings (docs/config.md); the environment and flags override it")
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
-	fs.StringVar(&c.Models, "models", c.Models, "model repository: a folder of model folders")
+	fs.StringVar(&c.Models, "models", c.Models, "model repository: a folder of model folders (each with a model.yaml, or a Hugging Face model folder)")
+	fs.Var(modelFlag{&c.Model}, "model", "a model folder to serve, DIR or NAME=DIR: a Hugging Face folder (config.json, tokenizer.json, .onnx files; a hub cache models--org--name too) or one with a model.yaml; repeat it or separate with commas. Alone, the default --models is not served")
 	fs.StringVar(&c.ORTLib, "ort-lib", c.ORTLib, "ONNX Runtime shared library")
 	fs.StringVar(&c.Device, "device", c.Device, "auto, cuda or cpu")
 	fs.IntVar(&c.DeviceID, "device-id", c.DeviceID, "CUDA device")
@@ -153,7 +157,12 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
 	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
-	repo, err := models.OpenRepository(c.Models, b, log)
+	src := models.Sources{Root: c.Models}
+	for _, s := range c.Model {
+		md, _ := parseModelDir(s) // validated
+		src.Models = append(src.Models, md)
+	}
+	repo, err := models.OpenSources(src, b, log)
 	if err != nil {
 		return err
 	}
@@ -183,7 +192,7 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	}
 	front := newFrontEnd(ln, srv.Handler(), c.Conn, log)
 	srv.SetReady(true)
-	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models)
+	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models, "model", c.Model)
 	fmt.Fprintf(stdout, "ortserve %s listening on http://%s\n", version, ln.Addr())
 
 	select {

@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
 
 // opNodes is how many nodes of m run op.
-func opNodes(m ort.ModelInfo, op string) int {
+func opNodes(m onnx.ModelInfo, op string) int {
 	for _, o := range m.Ops {
 		if o.Op == op {
 			return o.Nodes
@@ -33,11 +34,11 @@ func TestInspectReadModel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.version, func(t *testing.T) {
-			m, err := ort.ReadModel(modelFile("minilm", tt.version))
+			m, err := onnx.ReadModel(modelFile("minilm", tt.version))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.IRVersion == 0 || m.Producer == "" || !slices.Contains(m.Opsets, ort.Opset{Domain: "ai.onnx", Version: m.Opsets[0].Version}) {
+			if m.IRVersion == 0 || m.Producer == "" || !slices.Contains(m.Opsets, onnx.Opset{Domain: "ai.onnx", Version: m.Opsets[0].Version}) {
 				t.Errorf("header: IR %d, producer %q, opsets %v", m.IRVersion, m.Producer, m.Opsets)
 			}
 			if fi, _ := os.Stat(m.Path); fi.Size() != m.Size {
@@ -48,14 +49,14 @@ func TestInspectReadModel(t *testing.T) {
 			}
 			for _, in := range m.Inputs {
 				if in.Type != "int64" || len(in.Shape) != 2 || in.Shape[0].Param == "" || in.Shape[1].Param == "" {
-					t.Errorf("input %s is %s %s: want int64 [batch, sequence] with named axes", in.Name, in.Type, ort.ShapeString(in.Shape))
+					t.Errorf("input %s is %s %s: want int64 [batch, sequence] with named axes", in.Name, in.Type, onnx.ShapeString(in.Shape))
 				}
 			}
-			if m.Inputs[0].Name != "input_ids" || ort.ShapeString(m.Inputs[0].Shape) != "[batch, sequence]" {
-				t.Errorf("first input %s %s", m.Inputs[0].Name, ort.ShapeString(m.Inputs[0].Shape))
+			if m.Inputs[0].Name != "input_ids" || onnx.ShapeString(m.Inputs[0].Shape) != "[batch, sequence]" {
+				t.Errorf("first input %s %s", m.Inputs[0].Name, onnx.ShapeString(m.Inputs[0].Shape))
 			}
 			out := m.Outputs[0]
-			if len(m.Outputs) != 1 || out.Name != "last_hidden_state" || out.Type != "float32" || len(out.Shape) != 3 || out.Shape[2] != (ort.Dim{Value: 384}) {
+			if len(m.Outputs) != 1 || out.Name != "last_hidden_state" || out.Type != "float32" || len(out.Shape) != 3 || out.Shape[2] != (onnx.Dim{Value: 384}) {
 				t.Errorf("outputs %+v", m.Outputs)
 			}
 			sum := 0
@@ -81,7 +82,7 @@ func TestInspectReadModel(t *testing.T) {
 func TestInspectPlace(t *testing.T) {
 	for _, version := range []string{"fp32", "int8"} {
 		t.Run(version, func(t *testing.T) {
-			m, err := ort.ReadModel(modelFile("minilm", version))
+			m, err := onnx.ReadModel(modelFile("minilm", version))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,6 +108,7 @@ func TestInspectPlace(t *testing.T) {
 	}
 }
 
+// A tiny graph runs on CPU, all its nodes placed there (runtime/onnx tests the reading).
 func TestInspectTinyModel(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tiny.onnx")
 	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
@@ -115,19 +117,9 @@ func TestInspectTinyModel(t *testing.T) {
 	if err := os.WriteFile(path, onnxtest.Identity([]onnxtest.Value{ids, mask, x}, []string{"a", "b", "c"}), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := ort.ReadModel(path)
+	m, err := onnx.ReadModel(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	got, _ := json.Marshal(struct {
-		In, Out []ort.IOInfo
-		Ops     []ort.OpCount
-	}{m.Inputs, m.Outputs, m.Ops})
-	want := `{"In":[{"name":"input_ids","type":"int64","shape":["d0","d1"]},{"name":"attention_mask","type":"int64","shape":["d0","d1"]},{"name":"x","type":"float32","shape":["d0",3]}],` +
-		`"Out":[{"name":"a","type":"int64","shape":["d0","d1"]},{"name":"b","type":"int64","shape":["d0","d1"]},{"name":"c","type":"float32","shape":["d0",3]}],` +
-		`"Ops":[{"domain":"ai.onnx","op":"Identity","nodes":3,"quantized":false}]}`
-	if string(got) != want || m.Nodes != 3 || m.IRVersion != 8 || len(m.Opsets) != 1 || m.Opsets[0] != (ort.Opset{Domain: "ai.onnx", Version: 17}) {
-		t.Errorf("got %s (%d nodes, IR %d, opsets %v)\nwant %s", got, m.Nodes, m.IRVersion, m.Opsets, want)
 	}
 	p, err := env.Place(m, cpu(""))
 	if err != nil {
@@ -135,27 +127,6 @@ func TestInspectTinyModel(t *testing.T) {
 	}
 	if p.Nodes != 3 || p.NodesOn(string(ort.ProviderCPU)) != 3 || len(p.Ops) != 1 || p.Ops[0].Op != "Identity" {
 		t.Errorf("placement %+v", p)
-	}
-}
-
-func TestInspectRefusesBadFiles(t *testing.T) {
-	dir, write := modelWriter(t)
-	tiny := onnxtest.Identity([]onnxtest.Value{{Name: "x", ElemType: onnxtest.Float, Dims: []int64{2}}}, []string{"y"})
-	tests := []struct{ name, path, want string }{
-		{"missing", filepath.Join(dir, "nope.onnx"), "no such file"},
-		{"folder", dir, "is a folder"},
-		{"text", write("junk.onnx", []byte("this is not a model")), "not an ONNX model"},
-		{"empty", write("empty.onnx", nil), "not an ONNX model (no graph)"},
-		{"truncated", write("cut.onnx", tiny[:len(tiny)-5]), "not an ONNX model (truncated)"},
-		{"no graph", write("header.onnx", tiny[:2]), "not an ONNX model (no graph)"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := ort.ReadModel(tt.path)
-			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
-				t.Errorf("got %v, want one line containing %q", err, tt.want)
-			}
-		})
 	}
 }
 
@@ -206,25 +177,4 @@ func TestInspectParseProfile(t *testing.T) {
 			}
 		})
 	}
-}
-
-// ParseModel reads files from anywhere: it must fail cleanly, never panic or loop.
-func FuzzInspectParseModel(f *testing.F) {
-	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
-	f.Add(onnxtest.Identity([]onnxtest.Value{ids}, []string{"out"}))
-	f.Add(onnxtest.Identity([]onnxtest.Value{ids, {Name: "x", ElemType: onnxtest.Float, Dims: []int64{3}}}, []string{"a", "b"}))
-	f.Add([]byte{0x3a, 0x02, 0x0a, 0x00}) // a graph with one empty node
-	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := ort.ParseModel(data)
-		if err != nil {
-			return
-		}
-		sum := 0
-		for _, o := range m.Ops {
-			sum += o.Nodes
-		}
-		if sum != m.Nodes || m.Size != int64(len(data)) {
-			t.Errorf("%d nodes, ops sum to %d; size %d of %d", m.Nodes, sum, m.Size, len(data))
-		}
-	})
 }

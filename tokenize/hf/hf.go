@@ -19,6 +19,10 @@ type Tokenizer struct {
 	// trunc cuts at maxLen; full does not, and is asked only when trunc's result is exactly
 	// maxLen long, to learn whether the text was cut and how long it really is.
 	trunc, full *tokenizers.Tokenizer
+	// pair joins pairs of texts (EncodePairs); nil when the post_processor is not one this
+	// package can read, and pairErr says why: an embedder needs no pairs, so Load still works.
+	pair    *tokenize.Template
+	pairErr error
 }
 
 var _ tokenize.Tokenizer = (*Tokenizer)(nil)
@@ -54,7 +58,8 @@ func Load(path string, maxLen int) (*Tokenizer, error) {
 		full.Close()
 		return nil, fmt.Errorf("hf: %s: %w", path, err)
 	}
-	return &Tokenizer{maxLen: maxLen, trunc: trunc, full: full}, nil
+	pair, pairErr := tokenize.ParseTemplate(data)
+	return &Tokenizer{maxLen: maxLen, trunc: trunc, full: full, pair: pair, pairErr: pairErr}, nil
 }
 
 func fromDoc(doc map[string]json.RawMessage) (*tokenizers.Tokenizer, error) {
@@ -72,11 +77,7 @@ func (t *Tokenizer) MaxLength() int { return t.maxLen }
 func (t *Tokenizer) Encode(texts []string, opts tokenize.Options) ([]tokenize.Encoding, error) {
 	out := make([]tokenize.Encoding, len(texts))
 	for i, text := range texts {
-		// The Rust side takes C strings: a NUL would silently end the text there. BERT-style
-		// normalizers drop control characters anyway, so dropping NUL changes nothing else.
-		if strings.IndexByte(text, 0) >= 0 {
-			text = strings.ReplaceAll(text, "\x00", "")
-		}
+		text = dropNUL(text)
 		e := encode(t.trunc, text)
 		if len(e.IDs) >= t.maxLen {
 			if ids, _ := t.full.Encode(text, true); len(ids) > t.maxLen {
@@ -90,6 +91,51 @@ func (t *Tokenizer) Encode(texts []string, opts tokenize.Options) ([]tokenize.En
 		out[i] = e
 	}
 	return out, nil
+}
+
+// dropNUL removes NUL bytes. The Rust side takes C strings: a NUL would silently end the text
+// there. BERT-style normalizers drop control characters anyway, so dropping NUL changes
+// nothing else.
+func dropNUL(text string) string {
+	if strings.IndexByte(text, 0) >= 0 {
+		return strings.ReplaceAll(text, "\x00", "")
+	}
+	return text
+}
+
+// EncodePairs encodes each pair as HF tokenizers encodes tokenizer(a, b, truncation=True,
+// max_length=MaxLength()): each text without special tokens by the non-truncating
+// tokenizer, then cut and joined in Go (tokenize.Template.EncodePair).
+func (t *Tokenizer) EncodePairs(pairs []tokenize.Pair, opts tokenize.Options) ([]tokenize.Encoding, error) {
+	if t.pair == nil {
+		return nil, fmt.Errorf("hf: %w: %w", tokenize.ErrNoPairs, t.pairErr)
+	}
+	out := make([]tokenize.Encoding, len(pairs))
+	// A rerank request pairs one query with every text: its ids are computed once.
+	// (EncodePair copies, so the ids may be shared.)
+	var lastA string
+	var aIDs []int64
+	for i, p := range pairs {
+		if aIDs == nil || p.A != lastA {
+			lastA, aIDs = p.A, t.bare(p.A)
+		}
+		e, full := t.pair.EncodePair(aIDs, t.bare(p.B), t.maxLen)
+		if e.Truncated && !opts.Truncate {
+			return nil, &tokenize.TooLongError{Index: i, Tokens: full, Max: t.maxLen}
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+// bare is text's ids without special tokens, uncut; never nil.
+func (t *Tokenizer) bare(text string) []int64 {
+	enc := t.full.EncodeWithOptions(dropNUL(text), false)
+	ids := make([]int64, len(enc.IDs))
+	for j, id := range enc.IDs {
+		ids[j] = int64(id)
+	}
+	return ids
 }
 
 func encode(tk *tokenizers.Tokenizer, text string) tokenize.Encoding {
@@ -109,9 +155,32 @@ func encode(tk *tokenizers.Tokenizer, text string) tokenize.Encoding {
 // offsets in bytes of the UTF-8 text, which is what Token wants; NUL bytes, dropped before
 // encoding as in Encode, are counted back in so that offsets index text itself.
 func (t *Tokenizer) Tokens(text string, addSpecial bool) ([]tokenize.Token, error) {
+	return tokens(t.trunc, text, addSpecial)
+}
+
+// PairTokens encodes a pair for display as EncodePairs encodes it, cut to the maximum
+// length: the tokens of b are marked Second, and their offsets index b. The type ids are
+// beside the tokens.
+func (t *Tokenizer) PairTokens(p tokenize.Pair) ([]tokenize.Token, []int64, error) {
+	if t.pair == nil {
+		return nil, nil, fmt.Errorf("hf: %w: %w", tokenize.ErrNoPairs, t.pairErr)
+	}
+	a, err := tokens(t.full, p.A, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := tokens(t.full, p.B, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	toks, types := t.pair.PairTokens(a, b, t.maxLen)
+	return toks, types, nil
+}
+
+func tokens(tk *tokenizers.Tokenizer, text string, addSpecial bool) ([]tokenize.Token, error) {
 	clean, pos := text, []int(nil)
 	if strings.IndexByte(text, 0) >= 0 {
-		clean = strings.ReplaceAll(text, "\x00", "")
+		clean = dropNUL(text)
 		pos = make([]int, 0, len(clean)) // pos[i] is where clean[i] is in text
 		for i := range len(text) {
 			if text[i] != 0 {
@@ -119,7 +188,7 @@ func (t *Tokenizer) Tokens(text string, addSpecial bool) ([]tokenize.Token, erro
 			}
 		}
 	}
-	enc := t.trunc.EncodeWithOptions(clean, addSpecial,
+	enc := tk.EncodeWithOptions(clean, addSpecial,
 		tokenizers.WithReturnTokens(), tokenizers.WithReturnOffsets(), tokenizers.WithReturnSpecialTokensMask())
 	if len(enc.Tokens) != len(enc.IDs) || len(enc.Offsets) != len(enc.IDs) || len(enc.SpecialTokensMask) != len(enc.IDs) {
 		return nil, fmt.Errorf("hf: the tokenizer returned %d ids but %d tokens, %d offsets and %d special flags",

@@ -1,5 +1,7 @@
 // Package onnxtest writes tiny ONNX models for tests: graphs whose signature is wrong in a
-// chosen way, so that load-time checks can be tested without shipping binary fixtures.
+// chosen way, so that load-time checks can be tested without shipping binary fixtures, and
+// signature-only graphs (Graph) for readers of a model's inputs, outputs, operators and
+// weight types.
 package onnxtest
 
 import (
@@ -8,8 +10,9 @@ import (
 
 // Tensor element types, as onnx.proto numbers them.
 const (
-	Float = 1
-	Int64 = 7
+	Float   = 1
+	Int64   = 7
+	Float16 = 10
 )
 
 // Value is a graph input or output: a tensor of elemType with the given dims, where a
@@ -25,39 +28,85 @@ type Value struct {
 func Identity(inputs []Value, outputNames []string) []byte {
 	var graph []byte
 	for i, in := range inputs {
-		var node []byte
-		node = protowire.AppendTag(node, 1, protowire.BytesType) // input
-		node = protowire.AppendString(node, in.Name)
-		node = protowire.AppendTag(node, 2, protowire.BytesType) // output
-		node = protowire.AppendString(node, outputNames[i])
-		node = protowire.AppendTag(node, 4, protowire.BytesType) // op_type
-		node = protowire.AppendString(node, "Identity")
-		graph = protowire.AppendTag(graph, 1, protowire.BytesType) // node
-		graph = protowire.AppendBytes(graph, node)
+		graph = appendNode(graph, "Identity", in.Name, outputNames[i])
 	}
+	outputs := make([]Value, len(inputs))
+	for i, in := range inputs {
+		outputs[i] = in
+		outputs[i].Name = outputNames[i]
+	}
+	return model(graph, inputs, outputs, nil)
+}
+
+// Graph is a model for readers of a signature: its inputs and outputs, one node per
+// operator in Ops, and initializers (name, element type and dims, without values). It
+// need not run: nothing connects the nodes.
+type Graph struct {
+	Inputs, Outputs []Value
+	Ops             []string // op_type of each node, in the default domain
+	Initializers    []Value
+}
+
+// Encode returns g as an ONNX ModelProto.
+func (g Graph) Encode() []byte {
+	var graph []byte
+	for i, op := range g.Ops {
+		graph = appendNode(graph, op, "", "n"+string(rune('a'+i%26)))
+	}
+	return model(graph, g.Inputs, g.Outputs, g.Initializers)
+}
+
+// appendNode appends a NodeProto of op with one input and one output ("" for none).
+func appendNode(graph []byte, op, input, output string) []byte {
+	var node []byte
+	if input != "" {
+		node = protowire.AppendTag(node, 1, protowire.BytesType) // input
+		node = protowire.AppendString(node, input)
+	}
+	node = protowire.AppendTag(node, 2, protowire.BytesType) // output
+	node = protowire.AppendString(node, output)
+	node = protowire.AppendTag(node, 4, protowire.BytesType) // op_type
+	node = protowire.AppendString(node, op)
+	graph = protowire.AppendTag(graph, 1, protowire.BytesType) // node
+	return protowire.AppendBytes(graph, node)
+}
+
+// model wraps a graph's nodes with its initializers, inputs and outputs into a ModelProto
+// (IR 8, opset 17).
+func model(graph []byte, inputs, outputs, inits []Value) []byte {
 	graph = protowire.AppendTag(graph, 2, protowire.BytesType) // name
 	graph = protowire.AppendString(graph, "onnxtest")
+	for _, in := range inits {
+		var t []byte
+		for _, d := range in.Dims {
+			t = protowire.AppendTag(t, 1, protowire.VarintType) // dims
+			t = protowire.AppendVarint(t, uint64(max(d, 1)))
+		}
+		t = protowire.AppendTag(t, 2, protowire.VarintType) // data_type
+		t = protowire.AppendVarint(t, uint64(in.ElemType))
+		t = protowire.AppendTag(t, 8, protowire.BytesType) // name
+		t = protowire.AppendString(t, in.Name)
+		graph = protowire.AppendTag(graph, 5, protowire.BytesType) // initializer
+		graph = protowire.AppendBytes(graph, t)
+	}
 	for _, in := range inputs {
 		graph = protowire.AppendTag(graph, 11, protowire.BytesType) // input
 		graph = protowire.AppendBytes(graph, valueInfo(in))
 	}
-	for i, in := range inputs {
-		out := in
-		out.Name = outputNames[i]
+	for _, out := range outputs {
 		graph = protowire.AppendTag(graph, 12, protowire.BytesType) // output
 		graph = protowire.AppendBytes(graph, valueInfo(out))
 	}
-	var model []byte
-	model = protowire.AppendTag(model, 1, protowire.VarintType) // ir_version
-	model = protowire.AppendVarint(model, 8)
+	var m []byte
+	m = protowire.AppendTag(m, 1, protowire.VarintType) // ir_version
+	m = protowire.AppendVarint(m, 8)
 	var opset []byte
 	opset = protowire.AppendTag(opset, 2, protowire.VarintType) // version
 	opset = protowire.AppendVarint(opset, 17)
-	model = protowire.AppendTag(model, 8, protowire.BytesType) // opset_import
-	model = protowire.AppendBytes(model, opset)
-	model = protowire.AppendTag(model, 7, protowire.BytesType) // graph
-	model = protowire.AppendBytes(model, graph)
-	return model
+	m = protowire.AppendTag(m, 8, protowire.BytesType) // opset_import
+	m = protowire.AppendBytes(m, opset)
+	m = protowire.AppendTag(m, 7, protowire.BytesType) // graph
+	return protowire.AppendBytes(m, graph)
 }
 
 func valueInfo(v Value) []byte {

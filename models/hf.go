@@ -1,0 +1,970 @@
+package models
+
+// Models without model.yaml. A Hugging Face model folder — config.json and an .onnx file at
+// its root or in onnx/, as optimum, sentence-transformers and the hub lay them out — is served
+// with a config inferred from its own files, every decision checked against the ONNX graphs
+// themselves (runtime/onnx), never trusted from a file name. What cannot be told for sure is
+// refused with one line naming the model.yaml key that settles it: a wrong answer is worse
+// than none. `server models init DIR` prints the inferred config (Inference.YAML) with the
+// reason for each value, for a user to pin as DIR/model.yaml, which always wins.
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ortserve/ortserve/runtime/onnx"
+)
+
+// Files of a Hugging Face model folder that inference reads.
+const (
+	hfConfig          = "config.json"
+	hfTokenizer       = "tokenizer.json"
+	hfTokenizerConfig = "tokenizer_config.json"
+	stModules         = "modules.json"
+	stConfig          = "sentence_bert_config.json"
+	onnxSubdir        = "onnx"
+)
+
+// Graph inputs the runtime feeds (runtime/ort binds them by name; token_type_ids is optional).
+const (
+	inputIDs      = "input_ids"
+	attentionMask = "attention_mask"
+	tokenTypeIDs  = "token_type_ids"
+)
+
+// LoadConfig reads dir's model.yaml or, when it has none, infers the config of the Hugging
+// Face model folder dir is (InferConfig), logging the guesses and the files it skipped.
+func LoadConfig(dir string, log *slog.Logger) (Config, error) {
+	if _, err := os.Stat(filepath.Join(dir, ConfigFile)); !errors.Is(err, fs.ErrNotExist) {
+		return ReadConfig(dir)
+	}
+	inf, err := InferConfig(dir, InferOptions{})
+	if err != nil {
+		return Config{}, err
+	}
+	for _, w := range inf.Warnings {
+		log.Warn("model config inferred with a guess: check it, or pin it with `server models init`", "dir", dir, "note", w)
+	}
+	for _, s := range inf.Skipped {
+		log.Warn("model file not served", "dir", dir, "why", s)
+	}
+	log.Info("model config inferred (no model.yaml)", "dir", dir, "model", inf.Config.Name, "task", inf.Config.Task, "output", inf.Config.Output, "pooling", inf.Config.Pooling, "max_length", inf.Config.MaxLength)
+	return inf.Config, nil
+}
+
+// IsModelDir reports whether dir is a model folder: one with a model.yaml, or a Hugging Face
+// model folder (IsHFDir).
+func IsModelDir(dir string) bool {
+	return isFile(filepath.Join(dir, ConfigFile)) || IsHFDir(dir)
+}
+
+// IsHFDir reports whether dir looks like a Hugging Face model folder: config.json and an
+// .onnx file at its root or in onnx/ — itself or, for a hub cache folder
+// (models--org--name), the snapshot it serves (HubSnapshot).
+func IsHFDir(dir string) bool {
+	base, _, err := HubSnapshot(dir)
+	if err != nil || !isFile(filepath.Join(base, hfConfig)) {
+		return false
+	}
+	files, _ := onnxFiles(base)
+	return len(files) > 0
+}
+
+// HubSnapshot resolves a Hugging Face hub cache folder (models--org--name, with refs/,
+// snapshots/ and blobs/) to the snapshot it serves: the one refs/main names, else the only
+// one, else the newest; why says which. Any other folder is itself.
+func HubSnapshot(dir string) (snapshot, why string, err error) {
+	snaps := filepath.Join(dir, "snapshots")
+	if !isDir(snaps) || isFile(filepath.Join(dir, hfConfig)) {
+		return dir, "", nil
+	}
+	var main string
+	if ref, err := os.ReadFile(filepath.Join(dir, "refs", "main")); err == nil {
+		main = strings.TrimSpace(string(ref))
+		if main != "" && filepath.Base(main) == main && main != ".." && isDir(filepath.Join(snaps, main)) {
+			return filepath.Join(snaps, main), "refs/main", nil
+		}
+	}
+	entries, err := os.ReadDir(snaps)
+	if err != nil {
+		return "", "", fmt.Errorf("models: %s: %w", dir, errors.Unwrap(err))
+	}
+	var newest string
+	var newestTime int64
+	n := 0
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(snaps, e.Name()))
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		n++
+		if t := fi.ModTime().UnixNano(); newest == "" || t > newestTime {
+			newest, newestTime = e.Name(), t
+		}
+	}
+	switch {
+	case n == 0:
+		return "", "", &InferError{Dir: dir, Reason: "a Hugging Face hub cache folder without snapshots: download the model (hf download ORG/NAME) or point at a model folder"}
+	case n == 1 && main == "":
+		why = "the only snapshot"
+	case n == 1:
+		why = fmt.Sprintf("the only snapshot (refs/main names %s, which is not downloaded)", main)
+	case main == "":
+		why = fmt.Sprintf("the newest of %d snapshots (no refs/main)", n)
+	default:
+		why = fmt.Sprintf("the newest of %d snapshots (refs/main names %s, which is not downloaded)", n, main)
+	}
+	return filepath.Join(snaps, newest), why, nil
+}
+
+// InferOptions settle what inference cannot tell from a folder.
+type InferOptions struct {
+	// Output names the graph output to read, when several could be it.
+	Output string
+}
+
+// Inference is a config inferred for a folder without model.yaml, with the reason for each
+// of its values.
+type Inference struct {
+	Dir    string // the folder, as given
+	Config Config // its paths are relative to Dir
+	// Why says, per model.yaml key ("task", "max_length", "versions.int8", ...), what decided
+	// its value and where that came from.
+	Why map[string]string
+	// Skipped are the .onnx files not served, each "file: why".
+	Skipped []string
+	// Warnings are the decisions to check: guesses, and files named for what they are not.
+	Warnings []string
+}
+
+func (inf *Inference) because(key, format string, args ...any) {
+	inf.Why[key] = fmt.Sprintf(format, args...)
+}
+
+// InferError says why a folder's config cannot be inferred for sure: what is missing or
+// unclear, and the model.yaml key that settles it. It is one line.
+type InferError struct {
+	Dir    string
+	Reason string
+}
+
+func (e *InferError) Error() string { return "models: " + e.Dir + ": " + e.Reason }
+
+// hfModelConfig is what inference reads of config.json.
+type hfModelConfig struct {
+	Architectures []string          `json:"architectures"`
+	ModelType     string            `json:"model_type"`
+	ID2Label      map[string]string `json:"id2label"`
+	NumLabels     int               `json:"num_labels"`
+	HiddenSize    int               `json:"hidden_size"`
+	Dim           int               `json:"dim"`     // DistilBERT's hidden size
+	DModel        int               `json:"d_model"` // T5's and others'
+	MaxPositions  int               `json:"max_position_embeddings"`
+	PadTokenID    *int              `json:"pad_token_id"`
+}
+
+func (c hfModelConfig) hidden() int { return cmp.Or(c.HiddenSize, c.Dim, c.DModel) }
+
+// stModule is one entry of a sentence-transformers modules.json.
+type stModule struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
+}
+
+// kind is the last part of a module's type: Transformer, Pooling, Normalize, Dense, ...
+func (m stModule) kind() string { return m.Type[strings.LastIndex(m.Type, ".")+1:] }
+
+// candidate is one .onnx file of the folder.
+type candidate struct {
+	rel     string // relative to the folder inferred from (a hub snapshot's own folder)
+	info    onnx.ModelInfo
+	kind    string // by the graph: fp32, fp16, int8, int4
+	claim   string // by the name: fp32, fp16, int8, int4, or "" when it says none
+	problem string // why it cannot be served; "" if it can
+}
+
+// InferConfig infers the config of the Hugging Face model folder dir (IsHFDir): task,
+// tokenizer, max length, output, pooling, normalization, labels and versions, each checked
+// against the files and graphs; docs/models.md lists the rules. It ignores any model.yaml in
+// dir. A folder it cannot read for sure is refused with one line that names the model.yaml
+// key that settles it.
+func InferConfig(dir string, o InferOptions) (*Inference, error) {
+	fail := func(format string, args ...any) error {
+		return &InferError{Dir: dir, Reason: fmt.Sprintf(format, args...)}
+	}
+	inf := &Inference{Dir: dir, Why: map[string]string{}}
+	base, hubWhy, err := HubSnapshot(dir)
+	if err != nil {
+		return nil, err
+	}
+	prefix, _ := filepath.Rel(dir, base)
+	rel := func(p string) string { return filepath.ToSlash(filepath.Join(prefix, p)) }
+	inSnapshot := "" // where a hub cache folder's files are, for the reasons
+	if hubWhy != "" {
+		inSnapshot = " in " + filepath.ToSlash(prefix) + " (" + hubWhy + ")"
+	}
+
+	var hc hfModelConfig
+	if err := readJSON(filepath.Join(base, hfConfig), &hc); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fail("no %s and no config.json: write a %s (docs/models.md), or give a Hugging Face model folder", ConfigFile, ConfigFile)
+		}
+		return nil, fail("%v", err)
+	}
+	c := &inf.Config
+	var nameWhy string
+	c.Name, nameWhy = inferName(dir)
+	inf.because("name", "%s", nameWhy)
+
+	if !isFile(filepath.Join(base, hfTokenizer)) {
+		return nil, fail("no %s: ortserve tokenizes with a fast tokenizer's tokenizer.json: save it next to config.json (AutoTokenizer.from_pretrained(...).save_pretrained(DIR))", hfTokenizer)
+	}
+	c.Tokenizer = rel(hfTokenizer)
+	inf.because("tokenizer", "the fast tokenizer's file%s", inSnapshot)
+
+	var modules []stModule
+	st := false
+	if err := readJSON(filepath.Join(base, stModules), &modules); err == nil {
+		st = true
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fail("%v", err)
+	}
+
+	// The graphs: read them all, keep those whose inputs the runtime can feed.
+	files, err := onnxFiles(base)
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	if len(files) == 0 {
+		return nil, fail("no .onnx file at its root or in onnx/: export the model to ONNX (optimum-cli export onnx --model ... DIR) or write a %s", ConfigFile)
+	}
+	var cands []*candidate
+	for _, f := range files {
+		cd := &candidate{rel: f, claim: claimByName(f)}
+		info, err := onnx.ReadModel(filepath.Join(base, f))
+		if err != nil {
+			cd.problem = "not an ONNX model ortserve can read"
+		} else {
+			cd.info, cd.kind, cd.problem = info, kindByGraph(info), inputProblem(info)
+		}
+		cands = append(cands, cd)
+	}
+	ref := preferred(cands)
+	if ref == nil {
+		var why []string
+		for _, cd := range cands {
+			why = append(why, cd.rel+": "+cd.problem)
+		}
+		return nil, fail("no .onnx file ortserve can serve: %s", strings.Join(why, "; "))
+	}
+
+	// The task and the output, from config.json, modules.json and the reference graph.
+	outs := ref.info.Outputs
+	if o.Output != "" {
+		i := slices.IndexFunc(outs, func(v onnx.IOInfo) bool { return v.Name == o.Output })
+		if i < 0 {
+			return nil, fail("%s has no output %q (it has %s)", ref.rel, o.Output, describe(outs))
+		}
+		if outs[i].Type != "float32" {
+			return nil, fail("%s output %q is %s: ortserve reads float32 outputs", ref.rel, o.Output, outs[i].Type)
+		}
+	}
+	classifier := ""
+	for _, a := range hc.Architectures {
+		if strings.HasSuffix(a, "ForSequenceClassification") {
+			classifier = a
+		}
+	}
+	// sentence-transformers loads a classifier's encoder without its head: a folder with
+	// modules.json is an embedder when its graph has token embeddings.
+	tokens := slices.ContainsFunc(outs, func(v onnx.IOInfo) bool { return v.Type == "float32" && len(v.Shape) == 3 && v.Name != "logits" })
+	switch {
+	case classifier != "" && !(st && tokens):
+		if err := inferClassify(inf, hc, classifier, ref, o); err != nil {
+			return nil, fail("%v", err)
+		}
+	default:
+		if err := inferEmbed(inf, base, hc, modules, st, ref, o); err != nil {
+			return nil, fail("%v", err)
+		}
+	}
+	out := outs[slices.IndexFunc(outs, func(v onnx.IOInfo) bool { return v.Name == c.Output })]
+
+	if err := inferMaxLength(inf, base, hc); err != nil {
+		return nil, fail("%v", err)
+	}
+
+	// Versions: every usable file whose graph has the same output; named by what its graph
+	// is, the reference first so that it gets the plain name.
+	c.Versions = map[string]VersionConfig{}
+	// The shortest names first: model_quantized.onnx is int8 before model_qint8_avx2.onnx.
+	others := slices.DeleteFunc(slices.Clone(cands), func(cd *candidate) bool { return cd == ref })
+	slices.SortStableFunc(others, func(a, b *candidate) int { return cmp.Compare(len(baseName(a.rel)), len(baseName(b.rel))) })
+	order := append([]*candidate{ref}, others...)
+	for _, cd := range order {
+		if cd.problem == "" && cd != ref {
+			cd.problem = outputProblem(cd.info, out)
+		}
+		if cd.problem != "" {
+			inf.Skipped = append(inf.Skipped, cd.rel+": "+cd.problem)
+			continue
+		}
+		name := versionName(cd, c.Versions)
+		c.Versions[name] = VersionConfig{File: rel(cd.rel)}
+		inf.because("versions."+name, "%s", cd.describe())
+		if cd.claim != "" && cd.claim != cd.kind {
+			inf.Warnings = append(inf.Warnings, fmt.Sprintf("%s is named as %s but its graph is %s (%s): served as version %s", cd.rel, cd.claim, cd.kind, cd.describe(), name))
+		}
+		if cd == ref {
+			c.DefaultVersion = name
+			switch {
+			case baseName(cd.rel) == "model.onnx":
+				inf.because("default_version", "%s, the model's plain export", cd.rel)
+			default:
+				inf.because("default_version", "%s: no usable model.onnx; the %s graph preferred", cd.rel, cd.kind)
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fail("the inferred config is not valid (%s): write a %s", strings.ReplaceAll(err.Error(), "\n", "; "), ConfigFile)
+	}
+	return inf, nil
+}
+
+// baseName is a file's name without its folder.
+func baseName(rel string) string { return filepath.Base(rel) }
+
+// inferClassify fills a sequence classifier's task, labels and output: classify with the
+// labels of config.json's id2label, or rerank for one label (a cross-encoder's score).
+func inferClassify(inf *Inference, hc hfModelConfig, arch string, ref *candidate, o InferOptions) error {
+	c := &inf.Config
+	labels, err := idLabels(hc.ID2Label)
+	if err != nil {
+		return err
+	}
+	n := cmp.Or(len(labels), hc.NumLabels)
+	var cands []onnx.IOInfo
+	for _, v := range ref.info.Outputs {
+		if v.Type == "float32" && len(v.Shape) == 2 {
+			cands = append(cands, v)
+		}
+	}
+	var out onnx.IOInfo
+	switch i := slices.IndexFunc(cands, func(v onnx.IOInfo) bool { return v.Name == "logits" }); {
+	case o.Output != "":
+		j := slices.IndexFunc(ref.info.Outputs, func(v onnx.IOInfo) bool { return v.Name == o.Output })
+		out = ref.info.Outputs[j]
+		if len(out.Shape) != 2 {
+			return fmt.Errorf("output %q has shape %s: a classifier's logits are [batch, labels]", out.Name, onnx.ShapeString(out.Shape))
+		}
+		inf.because("output", "given (--output)")
+	case i >= 0:
+		out = cands[i]
+		inf.because("output", "%s: float32 %s, by name", ref.rel, onnx.ShapeString(out.Shape))
+	case len(cands) == 1:
+		out = cands[0]
+		inf.because("output", "%s: the only float32 [batch, n] output, %s", ref.rel, onnx.ShapeString(out.Shape))
+	case len(cands) == 0:
+		return fmt.Errorf("config.json says %s, but %s has no logits output [batch, labels] (it has %s): export it with its head (optimum-cli export onnx --task text-classification) or write a %s", arch, ref.rel, describe(ref.info.Outputs), ConfigFile)
+	default:
+		return fmt.Errorf("cannot tell which output of %s holds the logits: %s: set output: in %s to one of them (server models init --output NAME DIR writes the rest)", ref.rel, describe(cands), ConfigFile)
+	}
+	c.Output = out.Name
+	if cols := out.Shape[1]; cols.Fixed() {
+		if n == 0 {
+			n = int(cols.Value)
+		} else if int(cols.Value) != n {
+			return fmt.Errorf("output %q has %d columns, but config.json has %d labels: set labels: and output: in %s", out.Name, cols.Value, n, ConfigFile)
+		}
+	}
+	hasTypes := slices.ContainsFunc(ref.info.Inputs, func(v onnx.IOInfo) bool { return v.Name == tokenTypeIDs })
+	switch {
+	case n == 0:
+		return fmt.Errorf("config.json says %s but names no labels (id2label) and %q has a dynamic width: set labels: in %s", arch, out.Name, ConfigFile)
+	case n == 1:
+		c.Task = TaskRerank
+		pairs := "the pair told apart by token_type_ids"
+		if !hasTypes {
+			pairs = "no token_type_ids input: the pair is told apart by separator tokens alone, as RoBERTa-style cross-encoders do"
+		}
+		inf.because("task", "config.json: %s with one label: a cross-encoder's score (%s)", arch, pairs)
+	default:
+		c.Task = TaskClassify
+		inf.because("task", "config.json: %s", arch)
+		if len(labels) == 0 {
+			labels = make([]string, n)
+			for i := range labels {
+				labels[i] = "LABEL_" + strconv.Itoa(i)
+			}
+			inf.because("labels", "config.json has no id2label: %d labels named as transformers names them", n)
+		} else {
+			inf.because("labels", "config.json id2label, in id order")
+		}
+		c.Labels = labels
+	}
+	return nil
+}
+
+// idLabels orders id2label's names by id; the ids must be 0 to n-1.
+func idLabels(id2label map[string]string) ([]string, error) {
+	labels := make([]string, len(id2label))
+	for k, v := range id2label {
+		i, err := strconv.Atoi(k)
+		if err != nil || i < 0 || i >= len(labels) || labels[i] != "" || v == "" {
+			return nil, fmt.Errorf("config.json id2label %v: want ids 0 to %d, each with a name: set labels: in %s", id2label, len(id2label)-1, ConfigFile)
+		}
+		labels[i] = v
+	}
+	return labels, nil
+}
+
+// Output names that say what an output holds.
+var (
+	tokenOutputs  = []string{"last_hidden_state", "token_embeddings"}
+	pooledOutputs = []string{"sentence_embedding", "sentence_embeddings"}
+)
+
+// inferEmbed fills an embedder's task, output, pooling and normalization.
+func inferEmbed(inf *Inference, base string, hc hfModelConfig, modules []stModule, st bool, ref *candidate, o InferOptions) error {
+	c := &inf.Config
+	c.Task = TaskEmbed
+	var kinds, extra []string
+	var poolDir string
+	for _, m := range modules {
+		kinds = append(kinds, m.kind())
+		switch m.kind() {
+		case "Transformer":
+		case "Pooling":
+			poolDir = m.Path
+		case "Normalize":
+			c.Normalize = true
+		default:
+			extra = append(extra, fmt.Sprintf("%s (%s)", m.kind(), m.Path))
+		}
+	}
+	switch {
+	case st:
+		inf.because("task", "modules.json: a sentence-transformers model (%s)", strings.Join(kinds, ", "))
+		if c.Normalize {
+			inf.because("normalize", "modules.json: a Normalize module")
+		} else {
+			inf.because("normalize", "modules.json: no Normalize module")
+		}
+	default:
+		inf.because("task", "config.json: %s, no sequence classification head: an encoder", cmp.Or(strings.Join(hc.Architectures, ", "), hc.ModelType, "no architectures"))
+		inf.because("normalize", "no modules.json (requests still choose: /embed normalizes unless asked not to)")
+	}
+
+	// Pooling: 1_Pooling/config.json's mode, or the graph's own pooled output.
+	var pooling Pooling
+	var poolWhy, poolErr string
+	if st {
+		pooling, poolWhy, poolErr = stPooling(base, cmp.Or(poolDir, "1_Pooling"))
+	}
+	if len(extra) > 0 && poolErr == "" {
+		poolErr = fmt.Sprintf("modules.json has %s after pooling, which ortserve does not run", strings.Join(extra, ", "))
+	}
+
+	var token, pooled []onnx.IOInfo
+	for _, v := range ref.info.Outputs {
+		switch {
+		case v.Type != "float32" || v.Name == "logits":
+		case len(v.Shape) == 3:
+			token = append(token, v)
+		case len(v.Shape) == 2 && slices.Contains(pooledOutputs, v.Name):
+			pooled = append(pooled, v)
+		}
+	}
+	byName := func(vs []onnx.IOInfo, names []string) (onnx.IOInfo, bool) {
+		for _, n := range names {
+			if i := slices.IndexFunc(vs, func(v onnx.IOInfo) bool { return v.Name == n }); i >= 0 {
+				return vs[i], true
+			}
+		}
+		return onnx.IOInfo{}, false
+	}
+	usePooled := func(v onnx.IOInfo, why string) {
+		c.Output, c.Pooling = v.Name, PoolingNone
+		inf.because("output", "%s: float32 %s, %s", ref.rel, onnx.ShapeString(v.Shape), why)
+		inf.because("pooling", "the output is already one vector per text")
+	}
+	useToken := func(v onnx.IOInfo, why string) {
+		c.Output = v.Name
+		inf.because("output", "%s: float32 %s, %s", ref.rel, onnx.ShapeString(v.Shape), why)
+		if pooling == "" {
+			pooling, poolWhy = PoolingMean, "no 1_Pooling/config.json: mean, as sentence-transformers pools a plain transformer"
+			inf.Warnings = append(inf.Warnings, "pooling: mean is a guess (no sentence-transformers pooling config): pin pooling: in model.yaml if the model card says cls or another")
+		}
+		c.Pooling = pooling
+		inf.because("pooling", "%s", poolWhy)
+	}
+
+	if o.Output != "" {
+		v := ref.info.Outputs[slices.IndexFunc(ref.info.Outputs, func(v onnx.IOInfo) bool { return v.Name == o.Output })]
+		switch {
+		case len(v.Shape) == 2:
+			usePooled(v, "given (--output)")
+		case len(v.Shape) == 3 && poolErr == "":
+			useToken(v, "given (--output)")
+		case len(v.Shape) == 3:
+			return fmt.Errorf("%s: token embeddings %q cannot be pooled as the model does", poolErr, v.Name)
+		default:
+			return fmt.Errorf("output %q has shape %s: an embedder's output is [batch, sequence, hidden] or [batch, hidden]", v.Name, onnx.ShapeString(v.Shape))
+		}
+		return nil
+	}
+	// A pooling ortserve cannot do, or modules past pooling: only the graph's own pooled
+	// output answers as the model does.
+	if poolErr != "" {
+		if v, ok := byName(pooled, pooledOutputs); ok {
+			usePooled(v, "by name: the graph pools as the model does ("+poolErr+")")
+			return nil
+		}
+		return fmt.Errorf("%s, and %s has no sentence_embedding output (it has %s): export the whole sentence-transformers pipeline, or write a %s (pooling: one of %s)", poolErr, ref.rel, describe(ref.info.Outputs), ConfigFile, poolingNames())
+	}
+	if v, ok := byName(token, tokenOutputs); ok {
+		useToken(v, "by name")
+		return nil
+	}
+	if !st { // a graph that pools itself beats a guessed pooling
+		if v, ok := byName(pooled, pooledOutputs); ok {
+			usePooled(v, "by name")
+			return nil
+		}
+	}
+	// By shape: [batch, sequence, hidden], hidden as config.json says when both say.
+	var shaped []onnx.IOInfo
+	for _, v := range token {
+		if d := v.Shape[2]; !d.Fixed() || hc.hidden() == 0 || int(d.Value) == hc.hidden() {
+			shaped = append(shaped, v)
+		}
+	}
+	switch {
+	case len(shaped) == 1:
+		useToken(shaped[0], "the only [batch, sequence, hidden] output")
+		return nil
+	case len(shaped) == 0 && len(pooled) == 1:
+		usePooled(pooled[0], "by name")
+		return nil
+	case len(shaped) == 0:
+		return fmt.Errorf("no output of %s is token embeddings [batch, sequence, hidden] or a sentence_embedding [batch, hidden] in float32 (it has %s): set output: in %s", ref.rel, describe(ref.info.Outputs), ConfigFile)
+	}
+	return fmt.Errorf("cannot tell which output of %s holds the token embeddings: %s: set output: in %s to one of them (server models init --output NAME DIR writes the rest)", ref.rel, describe(shaped), ConfigFile)
+}
+
+// poolingNames lists the poolings the pipeline implements.
+func poolingNames() string {
+	s := make([]string, len(Poolings))
+	for i, p := range Poolings {
+		s[i] = string(p)
+	}
+	return strings.Join(s, ", ")
+}
+
+// stPooling reads a sentence-transformers Pooling module's config: the pooling, why, or
+// why ortserve cannot do it.
+func stPooling(base, dir string) (Pooling, string, string) {
+	file := filepath.ToSlash(filepath.Join(dir, "config.json"))
+	var pc map[string]any
+	if err := readJSON(filepath.Join(base, file), &pc); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", "", ""
+		}
+		return "", "", err.Error()
+	}
+	modes := map[string]Pooling{
+		"pooling_mode_mean_tokens": PoolingMean, "pooling_mode_cls_token": PoolingCLS,
+		"pooling_mode_max_tokens": PoolingMax, "pooling_mode_lasttoken": PoolingLastToken,
+		"pooling_mode_mean_sqrt_len_tokens": "", "pooling_mode_weightedmean_tokens": "",
+	}
+	var on []string
+	for _, k := range slices.Sorted(maps.Keys(pc)) {
+		if _, known := modes[k]; known && pc[k] == true {
+			on = append(on, k)
+		}
+	}
+	if mode, ok := pc["pooling_mode"].(string); ok && len(on) == 0 { // a newer spelling
+		on = append(on, "pooling_mode_"+mode)
+		modes["pooling_mode_"+mode] = map[string]Pooling{"mean": PoolingMean, "cls": PoolingCLS, "max": PoolingMax, "lasttoken": PoolingLastToken}[mode]
+	}
+	switch {
+	case len(on) == 0:
+		return "", "", fmt.Sprintf("%s sets no pooling mode", file)
+	case len(on) > 1:
+		return "", "", fmt.Sprintf("%s concatenates %s, which ortserve does not do (it pools one way: %s)", file, strings.Join(on, " + "), poolingNames())
+	case modes[on[0]] == "":
+		return "", "", fmt.Sprintf("%s: %s, which ortserve does not do (it pools %s)", file, on[0], poolingNames())
+	}
+	return modes[on[0]], file + ": " + on[0], ""
+}
+
+// positionOffset are the model types whose position ids start past the padding id, so that
+// max_position_embeddings counts pad_token_id + 1 positions no text can use.
+var positionOffset = map[string]bool{
+	"roberta": true, "xlm-roberta": true, "xlm-roberta-xl": true, "camembert": true,
+	"mpnet": true, "longformer": true, "data2vec-text": true,
+}
+
+// inferMaxLength sets max_length: sentence_bert_config.json's max_seq_length, else
+// tokenizer_config.json's model_max_length (not its 1e30 "no limit"), else the positions
+// config.json gives; never more than the positions.
+func inferMaxLength(inf *Inference, base string, hc hfModelConfig) error {
+	c := &inf.Config
+	positions := hc.MaxPositions
+	if pad := cmp.Or(deref(hc.PadTokenID), 1); positions > 0 && positionOffset[hc.ModelType] && pad >= 0 && pad < positions {
+		positions -= pad + 1
+	}
+	var sc struct {
+		MaxSeqLength int `json:"max_seq_length"`
+	}
+	var tc struct {
+		ModelMaxLength json.Number `json:"model_max_length"`
+	}
+	switch {
+	case readJSON(filepath.Join(base, stConfig), &sc) == nil && sc.MaxSeqLength > 0:
+		c.MaxLength = sc.MaxSeqLength
+		inf.because("max_length", "%s: max_seq_length", stConfig)
+	case readJSON(filepath.Join(base, hfTokenizerConfig), &tc) == nil && validLength(tc.ModelMaxLength):
+		f, _ := tc.ModelMaxLength.Float64()
+		c.MaxLength = int(f)
+		inf.because("max_length", "%s: model_max_length", hfTokenizerConfig)
+	case positions > 0:
+		c.MaxLength = positions
+		inf.because("max_length", "config.json: max_position_embeddings")
+		if positions != hc.MaxPositions {
+			inf.because("max_length", "config.json: max_position_embeddings %d less the %d positions %s keeps for padding", hc.MaxPositions, hc.MaxPositions-positions, hc.ModelType)
+		}
+		return nil
+	default:
+		return fmt.Errorf("cannot tell the longest input: no %s max_seq_length, %s model_max_length or config.json max_position_embeddings: set max_length: in %s", stConfig, hfTokenizerConfig, ConfigFile)
+	}
+	if positions > 0 && c.MaxLength > positions {
+		inf.because("max_length", "%s, cut to the %d positions of config.json's max_position_embeddings", inf.Why["max_length"], positions)
+		c.MaxLength = positions
+	}
+	return nil
+}
+
+func validLength(n json.Number) bool {
+	f, err := n.Float64()
+	return err == nil && f >= 2 && f < 1e9 // transformers writes int(1e30) for "no limit"
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// onnxFiles lists the .onnx files at base's root and in base/onnx, relative to base.
+func onnxFiles(base string) ([]string, error) {
+	var out []string
+	for _, sub := range []string{".", onnxSubdir} {
+		entries, err := os.ReadDir(filepath.Join(base, sub))
+		if err != nil {
+			if sub == "." || !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+			continue
+		}
+		for _, e := range entries {
+			p := filepath.Join(sub, e.Name())
+			if strings.HasSuffix(e.Name(), ".onnx") && isFile(filepath.Join(base, p)) {
+				out = append(out, filepath.ToSlash(p))
+			}
+		}
+	}
+	return out, nil
+}
+
+// claimByName is the kind a file's name claims: model.onnx is fp32; quantized, int8, qint8
+// and uint8 are int8; q4, int4 and bnb4 int4; fp16 fp16; any other says nothing.
+func claimByName(rel string) string {
+	stem := strings.ToLower(strings.TrimSuffix(baseName(rel), ".onnx"))
+	switch {
+	case stem == "model" || strings.Contains(stem, "fp32"):
+		return "fp32"
+	case strings.Contains(stem, "q4") || strings.Contains(stem, "int4") || strings.Contains(stem, "bnb4"):
+		return "int4"
+	case strings.Contains(stem, "quantized") || strings.Contains(stem, "int8") || strings.Contains(stem, "uint8"):
+		return "int8" // qint8 and quint8 contain int8
+	case strings.Contains(stem, "fp16") || strings.Contains(stem, "float16"):
+		return "fp16"
+	}
+	return ""
+}
+
+// fourBitOps are the quantized operators of 4-bit weights.
+var fourBitOps = []string{"MatMulNBits", "MatMulBnb4", "GatherBlockQuantized"}
+
+// kindByGraph is what a graph is: int4 or int8 by its quantized operators, fp16 when most of
+// its float weights are float16, else fp32.
+func kindByGraph(m onnx.ModelInfo) string {
+	switch {
+	case slices.ContainsFunc(m.Ops, func(o onnx.OpCount) bool { return slices.Contains(fourBitOps, o.Op) }):
+		return "int4"
+	case m.QuantizedNodes > 0:
+		return "int8"
+	case m.FP16Initializers > m.FP32Initializers:
+		return "fp16"
+	}
+	return "fp32"
+}
+
+// describe says what a graph is, for a version's comment.
+func (cd *candidate) describe() string {
+	m := cd.info
+	switch cd.kind {
+	case "int8", "int4":
+		var ops []string
+		for _, o := range m.Ops {
+			if o.Quantized && len(ops) < 3 {
+				ops = append(ops, o.Op)
+			}
+		}
+		return fmt.Sprintf("%d quantized nodes (%s)", m.QuantizedNodes, strings.Join(ops, ", "))
+	case "fp16":
+		return fmt.Sprintf("float16 weights (%d of %d float initializers)", m.FP16Initializers, m.FP16Initializers+m.FP32Initializers)
+	}
+	return "float32 weights, no quantized operators"
+}
+
+// inputProblem says why the runtime cannot feed a graph's inputs, or "".
+func inputProblem(m onnx.ModelInfo) string {
+	has := map[string]bool{}
+	for _, in := range m.Inputs {
+		switch in.Name {
+		case inputIDs, attentionMask, tokenTypeIDs:
+		default:
+			return fmt.Sprintf("input %q is not one ortserve feeds (%s, %s, %s)", in.Name, inputIDs, attentionMask, tokenTypeIDs)
+		}
+		if in.Type != "int64" || len(in.Shape) != 2 {
+			return fmt.Sprintf("input %q is %s %s: ortserve feeds int64 [batch, sequence]", in.Name, in.Type, onnx.ShapeString(in.Shape))
+		}
+		if in.Shape[0].Fixed() || in.Shape[1].Fixed() {
+			return fmt.Sprintf("input %q has a fixed shape %s: ortserve batches texts of any length (export with dynamic axes)", in.Name, onnx.ShapeString(in.Shape))
+		}
+		has[in.Name] = true
+	}
+	if !has[inputIDs] || !has[attentionMask] {
+		return fmt.Sprintf("lacks input %s or %s: not a transformer encoder ortserve can feed", inputIDs, attentionMask)
+	}
+	if len(m.Outputs) == 0 {
+		return "declares no outputs"
+	}
+	return ""
+}
+
+// outputProblem says why a graph lacks the output the reference graph is read at, or "".
+func outputProblem(m onnx.ModelInfo, want onnx.IOInfo) string {
+	i := slices.IndexFunc(m.Outputs, func(v onnx.IOInfo) bool { return v.Name == want.Name })
+	switch {
+	case i < 0:
+		return fmt.Sprintf("no output %q (it has %s)", want.Name, describe(m.Outputs))
+	case m.Outputs[i].Type != "float32":
+		return fmt.Sprintf("output %q is %s: ortserve reads float32 outputs (convert fp16 models with keep_io_types)", want.Name, m.Outputs[i].Type)
+	case len(m.Outputs[i].Shape) != len(want.Shape):
+		return fmt.Sprintf("output %q has shape %s, the default version's %s", want.Name, onnx.ShapeString(m.Outputs[i].Shape), onnx.ShapeString(want.Shape))
+	}
+	return ""
+}
+
+// preferred is the graph the config is inferred from and the default version: model.onnx
+// (at the root, then in onnx/), else the first fp32 graph, else the first usable one.
+func preferred(cands []*candidate) *candidate {
+	var first, fp32 *candidate
+	for _, cd := range cands {
+		if cd.problem != "" {
+			continue
+		}
+		if baseName(cd.rel) == "model.onnx" {
+			return cd
+		}
+		if fp32 == nil && cd.kind == "fp32" {
+			fp32 = cd
+		}
+		if first == nil {
+			first = cd
+		}
+	}
+	return cmp.Or(fp32, first)
+}
+
+// versionName names a version by what its graph is (fp32, fp16, int8, int4) or, for a file
+// whose name claims nothing or a name already taken, by its file.
+func versionName(cd *candidate, taken map[string]VersionConfig) string {
+	name := cd.kind
+	if cd.claim == "" && baseName(cd.rel) != "model.onnx" {
+		name = safeName(strings.TrimSuffix(baseName(cd.rel), ".onnx"))
+	}
+	if _, dup := taken[name]; !dup {
+		return name
+	}
+	if stem := safeName(strings.TrimSuffix(baseName(cd.rel), ".onnx")); stem != "model" {
+		if _, dup := taken[stem]; !dup {
+			return stem
+		}
+	}
+	return safeName(strings.TrimSuffix(cd.rel, ".onnx"))
+}
+
+// safeName keeps letters, digits, '.', '_' and '-', and makes anything else '-': names go
+// into URLs and metric labels.
+func safeName(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, s)
+	if s == "" || s == "." || s == ".." {
+		return "model"
+	}
+	return s
+}
+
+// inferName is the model's name, and why: a hub cache folder's model name
+// (models--org--NAME, also for one of its snapshots), or the folder's.
+func inferName(dir string) (name, why string) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = filepath.Clean(dir)
+	}
+	base := filepath.Base(abs)
+	if up := filepath.Dir(filepath.Dir(abs)); filepath.Base(filepath.Dir(abs)) == "snapshots" && strings.HasPrefix(filepath.Base(up), "models--") {
+		base = filepath.Base(up)
+	}
+	repo, ok := strings.CutPrefix(base, "models--")
+	if !ok {
+		return safeName(base), "the folder's name"
+	}
+	if i := strings.LastIndex(repo, "--"); i >= 0 {
+		repo = repo[i+2:]
+	}
+	return safeName(repo), "the hub cache folder's model name (" + base + ")"
+}
+
+// describe lists outputs as `"name" type [shape]`.
+func describe(vs []onnx.IOInfo) string {
+	if len(vs) == 0 {
+		return "none"
+	}
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = fmt.Sprintf("%q %s %s", v.Name, v.Type, onnx.ShapeString(v.Shape))
+	}
+	return strings.Join(s, ", ")
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %v", filepath.Base(path), err)
+	}
+	return nil
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// YAML writes the inferred config as a model.yaml, the reason for each value in a comment
+// beside it, the files not served and the guesses at the end. Saved as Dir/model.yaml, it
+// serves the same.
+func (inf *Inference) YAML() []byte {
+	c := inf.Config
+	type line struct{ text, why string }
+	var lines []line
+	add := func(key string, value any) {
+		lines = append(lines, line{key + ": " + flow(value), inf.Why[key]})
+	}
+	add("name", c.Name)
+	add("task", string(c.Task))
+	add("tokenizer", c.Tokenizer)
+	add("max_length", c.MaxLength)
+	add("output", c.Output)
+	if c.Task == TaskEmbed {
+		add("pooling", string(c.Pooling))
+		add("normalize", c.Normalize)
+	}
+	if len(c.Labels) > 0 {
+		add("labels", c.Labels)
+	}
+	add("default_version", c.DefaultVersion)
+	lines = append(lines, line{"versions:", ""})
+	names := slices.Sorted(maps.Keys(c.Versions))
+	slices.SortStableFunc(names, func(a, b string) int { // the default first
+		return cmp.Compare(boolInt(a != c.DefaultVersion), boolInt(b != c.DefaultVersion))
+	})
+	for _, name := range names {
+		lines = append(lines, line{"  " + flow(name) + ": " + flow(map[string]string{"file": c.Versions[name].File}), inf.Why["versions."+name]})
+	}
+	width := 0
+	for _, l := range lines {
+		if l.why != "" {
+			width = max(width, min(len(l.text), 44))
+		}
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Inferred by `server models init` from %s, which has no model.yaml.\n", inf.Dir)
+	fmt.Fprintf(&b, "# Each comment says where a value came from. Edit what is wrong and save this as\n# %s to pin it: a model.yaml always wins over inference (docs/models.md).\n", filepath.Join(inf.Dir, ConfigFile))
+	for _, l := range lines {
+		if l.why == "" {
+			fmt.Fprintln(&b, l.text)
+			continue
+		}
+		fmt.Fprintf(&b, "%-*s  # %s\n", width, l.text, l.why)
+	}
+	for _, s := range inf.Skipped {
+		fmt.Fprintf(&b, "# not served: %s\n", s)
+	}
+	for _, w := range inf.Warnings {
+		fmt.Fprintf(&b, "# check: %s\n", w)
+	}
+	return b.Bytes()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// flow encodes a value as one line of YAML.
+func flow(v any) string {
+	var n yaml.Node
+	if err := n.Encode(v); err != nil {
+		panic(err) // strings, ints, bools, string slices and maps always encode
+	}
+	n.Style |= yaml.FlowStyle
+	out, err := yaml.Marshal(&n)
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSuffix(string(out), "\n")
+}
