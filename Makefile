@@ -110,7 +110,7 @@ test: deps models clients ## the full suite: vet, unit and integration tests wit
 	$(RUN_ENV) $(GO) test -race -count=1 -timeout 30m ./...
 
 unit: ## only the tests that need no native library or model
-	$(GO) test -race -count=1 ./server ./models ./runtime ./tokenize ./bench
+	$(GO) test -race -count=1 ./server ./models ./runtime ./runtime/onnx ./runtime/ort/onnxtest ./tokenize ./bench ./bench/gate ./bench/tune
 
 # `make test` runs TestSoak for 10 s under -race; `make soak` runs it for $(SOAK) without
 # -race, whose shadow memory would blur the server's resident memory. Not for CI.

@@ -473,6 +473,53 @@ func TestRepositoryFindsModelFolders(t *testing.T) {
 	}
 }
 
+// Find resolves a name as serve does: by the name a folder's model is served under, not the
+// folder's own name; Hugging Face folders and named folders too.
+func TestFind(t *testing.T) {
+	root := t.TempDir()
+	renamed := writeModel(t, root, "renamed", embedYAML) // name: emb
+	hf := writeFolder(t, filepath.Join(root, "hf"), optimumFolder)
+	odd := writeFolder(t, filepath.Join(root, "odd"), optimumFolder.with(folder{"model.onnx": graph(nil, nil,
+		out("a", onnxtest.Float, -1, -1, 4), out("b", onnxtest.Float, -1, -1, 4))}))
+	writeFolder(t, filepath.Join(root, "golden"), folder{"minilm.json": []byte("{}")}) // no model
+	other := writeFolder(t, filepath.Join(t.TempDir(), "st"), stFolder)
+	src := models.Sources{Root: root, Models: []models.ModelDir{{Name: "named", Dir: other}}}
+	tests := []struct {
+		name, model string
+		src         models.Sources
+		dir         string
+		task        models.Task
+		err         string // one line containing it; "": no error
+	}{
+		{"a folder named otherwise than its model", "emb", src, renamed, models.TaskEmbed, ""},
+		{"a Hugging Face folder without model.yaml", "hf", src, hf, models.TaskEmbed, ""},
+		{"a folder named with NAME=DIR", "named", src, other, models.TaskEmbed, ""},
+		{"a folder's own name, not its model's", "renamed", src, "", "", `models: unknown model "renamed" (have [emb hf named odd])`},
+		{"unknown, listing the known", "nope", src, "", "", `models: unknown model "nope" (have [emb hf named odd])`},
+		{"a folder whose config cannot be inferred says why", "odd", src, "", "", odd + ": cannot tell which output"},
+		{"no repository", "emb", models.Sources{Root: filepath.Join(root, "nope")}, "", "", "model repository " + filepath.Join(root, "nope")},
+		{"a named folder that is missing", "emb", models.Sources{Root: root, Models: []models.ModelDir{{Dir: filepath.Join(root, "gone")}}}, "", "", "no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, cfg, err := models.Find(tt.src, tt.model)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || strings.Contains(err.Error(), "\n") {
+					t.Errorf("got %q, %v; want one line containing %q", dir, err, tt.err)
+				}
+				return
+			}
+			if err != nil || dir != tt.dir || cfg.Name != tt.model || cfg.Task != tt.task {
+				t.Errorf("got %q, name %q, task %q, %v; want %q, %q, %q", dir, cfg.Name, cfg.Task, err, tt.dir, tt.model, tt.task)
+			}
+		})
+	}
+	var ue *models.UnknownError
+	if _, _, err := models.Find(src, "nope"); !errors.As(err, &ue) || !errors.Is(err, models.ErrUnknownModel) {
+		t.Errorf("unknown model: %v; want an *UnknownError", err)
+	}
+}
+
 func TestOpenSourcesFailures(t *testing.T) {
 	root := t.TempDir()
 	st := writeFolder(t, filepath.Join(root, "st"), stFolder)

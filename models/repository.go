@@ -1,6 +1,7 @@
 package models
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -124,6 +125,51 @@ func OpenSources(src Sources, b Backend, log *slog.Logger) (*Repository, error) 
 		return nil, fmt.Errorf("models: no models in %s (folders with %s, or Hugging Face model folders: config.json and an .onnx file): run `make models` or point --models at a model repository, or --model at a model folder%s", src.Root, ConfigFile, why)
 	}
 	return r, nil
+}
+
+// Find resolves the model that OpenSources would serve under name, without loading it: its
+// folder and its config (Name set to the name it is served under). It lists the folders as
+// OpenSources does, and reads first those named name (a folder of Root, or NAME of a
+// ModelDir), so that finding a model usually reads no other config. A folder whose config
+// cannot be read or inferred is known by its folder's name (or its ModelDir's Name): asking
+// for it returns why. An unknown name is an *UnknownError with the names found. Two folders
+// serving one name are OpenSources' error to report; Find returns the first it reads.
+func Find(src Sources, name string) (dir string, cfg Config, err error) {
+	r := &Repository{Root: src.Root, Models: src.Models}
+	mds, err := r.modelDirs(true)
+	if err != nil {
+		return "", Config{}, err
+	}
+	type found struct {
+		name string
+		cfg  Config
+		err  error
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	hint := func(md ModelDir) string { return cmp.Or(md.Name, filepath.Base(md.Dir)) }
+	read := make([]*found, len(mds))
+	for _, named := range []bool{true, false} {
+		for i, md := range mds {
+			if (hint(md) == name) != named {
+				continue
+			}
+			f := &found{name: hint(md)}
+			if f.cfg, f.err = LoadConfig(md.Dir, quiet); f.err == nil {
+				f.cfg.Name = cmp.Or(md.Name, f.cfg.Name)
+				f.name = f.cfg.Name
+			}
+			read[i] = f
+			if f.name == name {
+				return md.Dir, f.cfg, f.err
+			}
+		}
+	}
+	var known []string
+	for _, f := range read {
+		known = append(known, f.name)
+	}
+	slices.Sort(known)
+	return "", Config{}, &UnknownError{Kind: ErrUnknownModel, Name: name, Known: slices.Compact(known)}
 }
 
 // skip reports whether a folder's failed load is a folder of Root without model.yaml whose

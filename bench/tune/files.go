@@ -27,9 +27,10 @@ type ModelEdit struct {
 }
 
 // Overlay makes dst a model repository that serves what src serves, but with the edit
-// applied to model's model.yaml. The model's folder in dst links every file of the original
+// applied to the model.yaml of the model in src's folder model (the folder's name, which may
+// differ from the model's). The model's folder in dst links every file of the original
 // folder except model.yaml, which is rewritten (comments and the other keys kept); with
-// others, every other model folder of src is linked too. The original files are not touched.
+// others, every other model folder of src (models.IsModelDir) is linked too. The original files are not touched.
 // dst must not exist yet, or be empty.
 func Overlay(src, dst, model string, e ModelEdit, others bool) error {
 	src, err := filepath.Abs(src)
@@ -76,8 +77,8 @@ func Overlay(src, dst, model string, e ModelEdit, others bool) error {
 		if en.Name() == model {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(path, models.ConfigFile)); err != nil {
-			continue // not a model folder
+		if !models.IsModelDir(path) {
+			continue
 		}
 		if err := os.Symlink(path, filepath.Join(dst, en.Name())); err != nil {
 			return fmt.Errorf("tune: %w", err)

@@ -152,7 +152,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		if c.offlineOnly() {
-			if err := c.offlineTargets(sc.Models); err != nil {
+			if err := c.offlineTargets(sc.sources()); err != nil {
 				return fmt.Errorf("%w (%w)", err, errUsage)
 			}
 		}

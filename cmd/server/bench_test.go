@@ -228,6 +228,20 @@ func TestBenchOfflineOnly(t *testing.T) {
 	}
 }
 
+// `server bench --offline` finds a model as serve does: by its model.yaml's name, whatever
+// its folder is called.
+func TestBenchOfflineFolderNamedOtherwise(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Symlink(filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm"), filepath.Join(root, "renamed")); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := benchChild(t, []string{"ORTSERVE_MODELS=" + root, "ORTSERVE_SESSIONS=1"},
+		"--offline", "--model", "minilm", "--versions", "int8", "--offline-batches", "1", "--offline-step", "100ms", "--quiet")
+	if code != 0 || !strings.Contains(stdout, "minilm/int8") {
+		t.Fatalf("exit %d; want 0 and a minilm/int8 row\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
 // TestBenchURL measures a running server over HTTP, in this process, at one open-loop rate
 // on each route an embedder answers; the failure row sends requests the model cannot serve,
 // and bench must count them as errors rather than report a fast server.

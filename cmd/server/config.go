@@ -504,6 +504,18 @@ func (f modelFlag) Get() any { return f.String() }
 // Reset empties the list, for the next layer to set it anew.
 func (f modelFlag) Reset() { *f.p = nil }
 
+// sources are where serve finds its models: the repository and the --model folders. The
+// commands that find a model by name (gate, inspect, tune, bench) look there too
+// (models.Find), so that each knows the models serve serves.
+func (c serveConfig) sources() models.Sources {
+	src := models.Sources{Root: c.Models}
+	for _, s := range c.Model {
+		md, _ := parseModelDir(s) // validated
+		src.Models = append(src.Models, md)
+	}
+	return src
+}
+
 // parseModelDir reads one --model value: DIR, or NAME=DIR to serve the folder's model under
 // NAME. A value whose part before "=" holds a path separator is a folder.
 func parseModelDir(s string) (models.ModelDir, error) {

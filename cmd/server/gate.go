@@ -172,9 +172,9 @@ func parseGate(args []string, getenv func(string) string, stderr io.Writer) (*ga
 	if err != nil {
 		return nil, err
 	}
-	dir, cfg, err := findModel(sc.Models, f.Model)
+	dir, cfg, err := models.Find(sc.sources(), f.Model)
 	if err != nil {
-		return nil, err
+		return nil, usagef("%w", err)
 	}
 
 	// The model's gate section, then the flags given over it.
@@ -280,39 +280,6 @@ func override[T any](given bool, flag, file T) T {
 	return file
 }
 
-// findModel finds the folder of the model named name under root: root/name, or else the
-// folder whose model.yaml has that name.
-func findModel(root, name string) (string, models.Config, error) {
-	dir := filepath.Join(root, name)
-	if _, err := os.Stat(filepath.Join(dir, models.ConfigFile)); err == nil {
-		cfg, err := models.ReadConfig(dir)
-		if err != nil {
-			return "", cfg, usagef("%w", err)
-		}
-		if cfg.Name == name {
-			return dir, cfg, nil
-		}
-	}
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return "", models.Config{}, usagef("model repository: %w: point --models at one", err)
-	}
-	var known []string
-	for _, e := range entries {
-		d := filepath.Join(root, e.Name())
-		cfg, err := models.ReadConfig(d)
-		if err != nil {
-			continue // not a model folder, or a broken one that is not asked for
-		}
-		if cfg.Name == name {
-			return d, cfg, nil
-		}
-		known = append(known, cfg.Name)
-	}
-	slices.Sort(known)
-	return "", models.Config{}, usagef("%w", &models.UnknownError{Kind: models.ErrUnknownModel, Name: name, Known: known})
-}
-
 // runGateJob loads the model on env and gates every candidate against the baseline. It writes
 // the text report of each to stdout and returns an error (exit 1) if any fails.
 func runGateJob(ctx context.Context, j *gateJob, env *ort.Env, stdout, stderr io.Writer) error {
@@ -361,7 +328,7 @@ func runGateJob(ctx context.Context, j *gateJob, env *ort.Env, stdout, stderr io
 		return usagef("%s has no version to gate against %s on %s: add one, or name one with --candidate", j.cfg.Name, j.baseline, b.Device())
 	}
 
-	m, err := models.Open(j.dir, b, log)
+	m, err := models.OpenConfig(j.dir, j.cfg, b, log)
 	if err != nil {
 		return err
 	}

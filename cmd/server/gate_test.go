@@ -302,7 +302,7 @@ func TestGateUsage(t *testing.T) {
 	good := writeCSV(t, filepath.Join(tmp, "good.csv"), []string{"text", "label"}, rows, 40, nil)
 	binary := writeCSV(t, filepath.Join(tmp, "binary.csv"), []string{"text", "label"}, rows, 40, map[string]string{"negative": "0", "positive": "1"})
 	os.WriteFile(filepath.Join(tmp, "data.txt"), []byte("a text\n"), 0o644)
-	// A second model folder whose model.yaml is broken: only asking for it is an error.
+	// A second model folder whose model.yaml is broken: only asking for it is an error; it is known by its folder's name.
 	os.Mkdir(filepath.Join(root, "broken"), 0o755)
 	os.WriteFile(filepath.Join(root, "broken", "model.yaml"), []byte("name: broken\ntask: generate\n"), 0o644)
 
@@ -313,7 +313,7 @@ func TestGateUsage(t *testing.T) {
 		want string
 	}{
 		{"no model", []string{"--data", good, "--max-drop", "1"}, "no --model"},
-		{"unknown model", []string{"--model", "nope", "--data", good, "--max-drop", "1"}, `unknown model "nope" (have [sentiment])`},
+		{"unknown model", []string{"--model", "nope", "--data", good, "--max-drop", "1"}, `unknown model "nope" (have [broken sentiment])`},
 		{"broken model.yaml", []string{"--model", "broken", "--data", good, "--max-drop", "1"}, `task "generate"`},
 		{"unknown baseline", []string{"--model", "sentiment", "--baseline", "fp64", "--data", good, "--max-drop", "1"}, `baseline "fp64" is not one of the versions`},
 		{"unknown candidate", []string{"--model", "sentiment", "--candidate", "int4", "--data", good, "--max-drop", "1"}, `candidate "int4" is not one of the versions`},

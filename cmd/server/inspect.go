@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -115,20 +116,22 @@ func inspectTargets(c inspectConfig) ([]inspectTarget, error) {
 		return []inspectTarget{{Path: c.Target}}, nil
 	}
 	dir := c.Target // a model folder by its path, as serve --model names one
-	if !strings.ContainsRune(dir, filepath.Separator) || !models.IsModelDir(dir) {
+	var cfg models.Config
+	var err error
+	if strings.ContainsRune(dir, filepath.Separator) && models.IsModelDir(dir) {
+		cfg, err = models.LoadConfig(dir, slog.New(slog.DiscardHandler))
+	} else {
 		if strings.HasSuffix(c.Target, ".onnx") || strings.ContainsRune(c.Target, filepath.Separator) {
 			return nil, usagef("no file %s: name an .onnx file, a model folder, or a model in the repository", c.Target)
 		}
-		known, err := modelNames(c.serve.Models)
-		if err != nil {
-			return nil, usagef("unknown model %q: no model repository at %s: point --models at one, or name an .onnx file", c.Target, c.serve.Models)
-		}
-		var ok bool
-		if dir, ok = known[c.Target]; !ok {
-			return nil, usagef("unknown model %q in %s: have %s, or name an .onnx file", c.Target, c.serve.Models, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		dir, cfg, err = models.Find(c.serve.sources(), c.Target)
+		var ue *models.UnknownError
+		if errors.As(err, &ue) {
+			return nil, usagef("unknown model %q in %s: have %s, or name an .onnx file", c.Target, c.serve.Models, strings.Join(ue.Known, ", "))
+		} else if err != nil && dir == "" { // the folders could not be listed; else, the model's config is broken
+			return nil, usagef("unknown model %q: %w, or name an .onnx file", c.Target, err)
 		}
 	}
-	cfg, err := models.LoadConfig(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, usagef("%w: fix the model's %s", err, models.ConfigFile)
 	}
@@ -145,29 +148,6 @@ func inspectTargets(c inspectConfig) ([]inspectTarget, error) {
 		out = append(out, inspectTarget{Model: cfg.Name, Version: v, Devices: vc.Devices, Path: filepath.Join(dir, vc.File)})
 	}
 	return out, nil
-}
-
-// modelNames maps the names of the repository's models to their folders: those with a
-// model.yaml and Hugging Face folders (their config inferred). A folder whose config is
-// broken is listed under its folder's name, so that inspecting it says what is wrong.
-func modelNames(root string) (map[string]string, error) {
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return nil, err
-	}
-	names := map[string]string{}
-	for _, e := range entries {
-		dir := filepath.Join(root, e.Name())
-		if !models.IsModelDir(dir) {
-			continue
-		}
-		name := e.Name()
-		if cfg, err := models.LoadConfig(dir, slog.New(slog.DiscardHandler)); err == nil {
-			name = cfg.Name
-		}
-		names[name] = dir
-	}
-	return names, nil
 }
 
 func runInspect(ctx context.Context, args []string, stdout io.Writer) error {

@@ -115,7 +115,7 @@ func TestInspectUsage(t *testing.T) {
 		{[]string{file, "--version", "int8"}, []string{"--version is for a model in the repository"}},
 		{[]string{"minilm", "sentiment"}, []string{"unexpected arguments [sentiment]"}},
 		{[]string{"minilm", "--device", "tpu"}, []string{`unknown device "tpu"`}},
-		{[]string{"minilm", "--models", "/no/repo"}, []string{"no model repository at /no/repo"}},
+		{[]string{"minilm", "--models", "/no/repo"}, []string{"model repository /no/repo: no such file", "or name an .onnx file"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -74,7 +74,7 @@ type offlineRig struct {
 	encs     []tokenize.Encoding
 }
 
-// openOffline reads the config in dir, tokenizes texts (cut at the config's max length) and
+// openOffline reads the config of dir (model.yaml, or inferred as serve infers it), tokenizes texts (cut at the config's max length) and
 // opens and warms up the sessions serve would run version on, as Backend.Executor does.
 func openOffline(ctx context.Context, b *backend, dir, version string, texts []string) (*offlineRig, error) {
 	if len(texts) == 0 {
@@ -83,7 +83,7 @@ func openOffline(ctx context.Context, b *backend, dir, version string, texts []s
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cfg, err := models.ReadConfig(dir)
+	cfg, err := models.LoadConfig(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
@@ -213,13 +213,11 @@ func (c *benchConfig) offlineOnly() bool {
 }
 
 // offlineTargets are the versions an offline-only bench measures: --versions, or every
-// version of the model's config, the default first. They are read from the model repository
-// at root, since there is no server to ask.
-func (c *benchConfig) offlineTargets(root string) error {
-	cfg, err := models.ReadConfig(filepath.Join(root, c.Model))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("--model %q: no %s in the model repository %s: it has %v", c.Model, filepath.Join(c.Model, models.ConfigFile), root, repositoryModels(root))
-	} else if err != nil {
+// version of the model's config, the default first. They are read from the model's folder,
+// found as serve finds it (models.Find), since there is no server to ask.
+func (c *benchConfig) offlineTargets(src models.Sources) error {
+	_, cfg, err := models.Find(src, c.Model)
+	if err != nil {
 		return fmt.Errorf("--model %q: %w", c.Model, err)
 	}
 	versions := splitList(c.Versions)
@@ -234,18 +232,6 @@ func (c *benchConfig) offlineTargets(root string) error {
 		c.Opts.Targets = append(c.Opts.Targets, bench.Target{Model: c.Model, Version: v})
 	}
 	return nil
-}
-
-// repositoryModels names the model folders (those with a model.yaml) under root.
-func repositoryModels(root string) []string {
-	entries, _ := os.ReadDir(root)
-	var names []string
-	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(root, e.Name(), models.ConfigFile)); err == nil {
-			names = append(names, e.Name())
-		}
-	}
-	return names
 }
 
 // runOffline measures the raw limit of each target version and reports it: a table on
@@ -311,7 +297,11 @@ func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig,
 		if !c.Quiet {
 			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), batches, c.OfflinePer)
 		}
-		pts, err := offlineLimit(ctx, b, filepath.Join(sc.Models, t.Model), t.Version, texts, batches, c.OfflinePer)
+		dir, _, err := models.Find(sc.sources(), t.Model)
+		if err != nil {
+			return fmt.Errorf("--offline %s: %w", t.Name(), err)
+		}
+		pts, err := offlineLimit(ctx, b, dir, t.Version, texts, batches, c.OfflinePer)
 		if err != nil {
 			return fmt.Errorf("--offline %s: %w", t.Name(), err)
 		}

@@ -63,7 +63,7 @@ func TestOfflineLimitErrors(t *testing.T) {
 		want    []string
 	}{
 		{"unknown version", minilm, "fp64", benchSentences, []int{1}, models.ErrUnknownVersion, []string{`"minilm/fp64"`, "fp16", "fp32", "int8"}},
-		{"no model folder", t.TempDir(), "fp32", benchSentences, []int{1}, os.ErrNotExist, []string{"model.yaml"}},
+		{"no model folder", t.TempDir(), "fp32", benchSentences, []int{1}, nil, []string{"no model.yaml and no config.json"}},
 		{"no texts", minilm, "fp32", nil, []int{1}, nil, []string{"no texts"}},
 		{"batch 0", minilm, "int8", benchSentences, []int{0}, nil, []string{"batch size 0"}},
 	}

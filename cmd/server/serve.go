@@ -157,12 +157,7 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
 	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
-	src := models.Sources{Root: c.Models}
-	for _, s := range c.Model {
-		md, _ := parseModelDir(s) // validated
-		src.Models = append(src.Models, md)
-	}
-	repo, err := models.OpenSources(src, b, log)
+	repo, err := models.OpenSources(c.sources(), b, log)
 	if err != nil {
 		return err
 	}

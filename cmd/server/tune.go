@@ -103,7 +103,7 @@ Examples:
 type tuneJob struct {
 	f     tuneFlags
 	serve serveConfig
-	dir   string // the model's folder
+	dir   string // the model's folder in the repository, named as it may be (models.Find)
 	cfg   models.Config
 	slo   *bench.SLO
 	gates []tune.GateReport
@@ -145,9 +145,16 @@ func parseTune(args []string, getenv func(string) string, stderr io.Writer) (*tu
 	if j.serve, err = loadServe(configArgs(f.Config), getenv, stderr); err != nil {
 		return nil, err
 	}
-	j.dir = filepath.Join(j.serve.Models, f.Model)
-	if j.cfg, err = models.ReadConfig(j.dir); err != nil {
-		return nil, usagef("--model %s: %v", f.Model, err)
+	if j.dir, j.cfg, err = models.Find(j.serve.sources(), f.Model); err != nil {
+		return nil, usagef("--model %s: %w", f.Model, err)
+	}
+	// Tune tries each setting on a copy of the repository made of links, with the model's
+	// model.yaml rewritten (tune.Overlay): the model must be a folder of it, with one.
+	if filepath.Dir(j.dir) != filepath.Clean(j.serve.Models) {
+		return nil, usagef("--model %s: %s is served on its own (--model), not from the model repository %s: tune tries its settings on a copy of the repository: move the folder into it to tune it", f.Model, j.dir, j.serve.Models)
+	}
+	if _, err := os.Stat(filepath.Join(j.dir, models.ConfigFile)); err != nil {
+		return nil, usagef("--model %s: %s has no %s (its config is inferred), and tune sets the model's default version in it: save the output of `server models init %s` as %s to tune it", f.Model, j.dir, models.ConfigFile, j.dir, filepath.Join(j.dir, models.ConfigFile))
 	}
 	for _, g := range f.Gates {
 		r, err := tune.ReadGateReport(g)
@@ -269,7 +276,7 @@ func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout
 			repo, ok := repos[key]
 			if !ok {
 				repo = filepath.Join(work, fmt.Sprintf("repo-%d", len(repos)+1))
-				if err := tune.Overlay(sc.Models, repo, f.Model, tune.ModelEdit{Version: c.Version, CacheBytes: c.CacheBytes, Only: true}, false); err != nil {
+				if err := tune.Overlay(sc.Models, repo, filepath.Base(j.dir), tune.ModelEdit{Version: c.Version, CacheBytes: c.CacheBytes, Only: true}, false); err != nil {
 					mu.Unlock()
 					return "", nil, err
 				}
@@ -356,7 +363,7 @@ func (j *tuneJob) writeConfig(o *tune.Outcome, sc serveConfig, base tune.Config)
 				return err
 			}
 		}
-		if err := tune.Overlay(sc.Models, repo, j.f.Model, tune.ModelEdit{Version: o.Best.Version, CacheBytes: o.Best.CacheBytes}, true); err != nil {
+		if err := tune.Overlay(sc.Models, repo, filepath.Base(j.dir), tune.ModelEdit{Version: o.Best.Version, CacheBytes: o.Best.CacheBytes}, true); err != nil {
 			return err
 		}
 		if err := os.WriteFile(marker, []byte("a model repository of links written by server tune\n"), 0o644); err != nil {

@@ -156,7 +156,7 @@ func TestTuneConfigWithVersion(t *testing.T) {
 		{N: 3, Kind: "trial", Lever: tune.LeverMaxBatch, From: "32", Value: "4", Decision: tune.Kept},
 		{N: 6, Kind: "trial", Lever: tune.LeverVersion, From: "fp32", Value: "int8", Decision: tune.Kept},
 	}}
-	j := &tuneJob{f: tuneFlags{Out: out, Model: "sentiment"}, slo: &bench.SLO{P95: 100 * time.Millisecond}}
+	j := &tuneJob{f: tuneFlags{Out: out, Model: "sentiment"}, dir: filepath.Join(sc.Models, "sentiment"), slo: &bench.SLO{P95: 100 * time.Millisecond}}
 	for range 2 { // the second time replaces the first's repository
 		if err := j.writeConfig(o, sc, base); err != nil {
 			t.Fatal(err)
