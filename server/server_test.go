@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -146,10 +147,10 @@ func (f *fakeModel) Tokenize(texts []string, addSpecial bool) ([][]tokenize.Toke
 type fakeRepo map[string]*fakeModel
 
 func (r fakeRepo) Lookup(name string, task models.Task) (Pipeline, string, error) {
-	if name == "" {
-		for n, m := range r {
-			if m.task == task {
-				return m, n, nil
+	if name == "" { // the first by name that does task, as the real repository
+		for _, n := range slices.Sorted(maps.Keys(r)) {
+			if r[n].task == task {
+				return r[n], n, nil
 			}
 		}
 	}

@@ -100,21 +100,32 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 // rootModel is the model POST / serves: the one named; else the first (by name) that does
 // task, the task the body's shape asks for (text classification's "parameters", which
 // huggingface_hub always sends, or else embedding), so that InferenceClient(model=URL) finds
-// the classifier and the embedder of one server; else the first model.
+// the classifier and the embedder of one server; else the first model. It asks the
+// repository by task (Lookup), as /embed does, not for every model's description: that
+// carries each version's learned cost curve, which a request has no use for.
 func (s *Server) rootModel(name string, task models.Task) (ModelInfo, error) {
-	if name != "" {
-		return s.repo.Model(name)
+	if name == "" {
+		name = s.firstModel(task)
 	}
-	all := s.repo.Describe()
-	if len(all) == 0 {
+	if name == "" {
 		return ModelInfo{}, &models.UnknownError{Kind: models.ErrUnknownModel, Name: "(the first model)"}
 	}
-	for _, mi := range all {
-		if mi.Task == string(task) {
-			return mi, nil
+	return s.repo.Model(name)
+}
+
+// firstModel names the first model, by name, that does task; else the first of any task (the
+// least of each task's first); "" when there is none.
+func (s *Server) firstModel(task models.Task) string {
+	if _, name, err := s.repo.Lookup("", task); err == nil {
+		return name
+	}
+	first := ""
+	for _, t := range []models.Task{models.TaskEmbed, models.TaskClassify, models.TaskRerank} {
+		if _, name, err := s.repo.Lookup("", t); err == nil && (first == "" || name < first) {
+			first = name
 		}
 	}
-	return all[0], nil
+	return first
 }
 
 func (s *Server) rootEmbed(w http.ResponseWriter, r *http.Request, req *RootRequest, model string, start time.Time) {
