@@ -1,16 +1,16 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 )
 
 // family is an API family: TEI's (and ortserve's own routes), OpenAI's or KServe v2's. Each
-// route group says which one it is (Handler), and every error a route answers, from the
-// router's 404 to a model's overload, is written once, in its family's shape, by writeError.
-// The status is the caller's: fail is still the one place that maps errors to statuses.
+// has its route group (Handler: /v1 is OpenAI's, /v2 KServe's, the rest TEI's), and every
+// error a route answers, from the router's 404 to a model's overload, is written once, in its
+// family's shape, by writeError. The status is the caller's: fail is still the one place that
+// maps errors to statuses.
 type family uint8
 
 const (
@@ -19,25 +19,12 @@ const (
 	familyKServe
 )
 
-type familyKey struct{}
-
-// inFamily marks a route group's requests as being of family f.
-func inFamily(f family) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), familyKey{}, f)))
-		})
-	}
-}
-
-// familyOf is r's family, as its route group said; for an error answered before routing
-// (checkHost), the family whose prefix the path has.
+// familyOf is r's family: that of the route group its path is under, the groups' mount
+// points being the families' prefixes. Read from the path, it costs a request nothing, and
+// holds for errors answered before routing (checkHost, authorize) too.
 func familyOf(r *http.Request) family {
 	if r == nil {
 		return familyTEI
-	}
-	if f, ok := r.Context().Value(familyKey{}).(family); ok {
-		return f
 	}
 	switch p := r.URL.Path; {
 	case p == "/v1" || strings.HasPrefix(p, "/v1/"):

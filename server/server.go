@@ -108,14 +108,12 @@ func (s *Server) Handler() http.Handler {
 		}
 	})
 	r.Route("/v1", func(r chi.Router) { // OpenAI's
-		r.Use(inFamily(familyOpenAI))
 		r.NotFound(s.notFound)
 		r.MethodNotAllowed(s.methodNotAllowed)
 		r.With(s.admit("/v1/embeddings")).Post("/embeddings", s.openAIEmbeddings)
 		r.With(s.admit("/v1/rerank")).Post("/rerank", s.openAIRerank) // Cohere's and Jina's
 	})
 	r.Route("/v2", func(r chi.Router) { // KServe's Open Inference Protocol
-		r.Use(inFamily(familyKServe))
 		r.NotFound(s.notFound)
 		r.MethodNotAllowed(s.methodNotAllowed)
 		r.Get("/", s.kserveServerMetadata) // GET /v2 (and /v2/)
