@@ -9,7 +9,6 @@ package models
 // reason for each value, for a user to pin as DIR/model.yaml, which always wins.
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -22,8 +21,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/ortserve/ortserve/runtime/onnx"
 )
@@ -81,53 +78,6 @@ func IsHFDir(dir string) bool {
 	}
 	files, _ := onnxFiles(base)
 	return len(files) > 0
-}
-
-// HubSnapshot resolves a Hugging Face hub cache folder (models--org--name, with refs/,
-// snapshots/ and blobs/) to the snapshot it serves: the one refs/main names, else the only
-// one, else the newest; why says which. Any other folder is itself.
-func HubSnapshot(dir string) (snapshot, why string, err error) {
-	snaps := filepath.Join(dir, "snapshots")
-	if !isDir(snaps) || isFile(filepath.Join(dir, hfConfig)) {
-		return dir, "", nil
-	}
-	var main string
-	if ref, err := os.ReadFile(filepath.Join(dir, "refs", "main")); err == nil {
-		main = strings.TrimSpace(string(ref))
-		if main != "" && filepath.Base(main) == main && main != ".." && isDir(filepath.Join(snaps, main)) {
-			return filepath.Join(snaps, main), "refs/main", nil
-		}
-	}
-	entries, err := os.ReadDir(snaps)
-	if err != nil {
-		return "", "", fmt.Errorf("models: %s: %w", dir, errors.Unwrap(err))
-	}
-	var newest string
-	var newestTime int64
-	n := 0
-	for _, e := range entries {
-		fi, err := os.Stat(filepath.Join(snaps, e.Name()))
-		if err != nil || !fi.IsDir() {
-			continue
-		}
-		n++
-		if t := fi.ModTime().UnixNano(); newest == "" || t > newestTime {
-			newest, newestTime = e.Name(), t
-		}
-	}
-	switch {
-	case n == 0:
-		return "", "", &InferError{Dir: dir, Reason: "a Hugging Face hub cache folder without snapshots: download the model (hf download ORG/NAME) or point at a model folder"}
-	case n == 1 && main == "":
-		why = "the only snapshot"
-	case n == 1:
-		why = fmt.Sprintf("the only snapshot (refs/main names %s, which is not downloaded)", main)
-	case main == "":
-		why = fmt.Sprintf("the newest of %d snapshots (no refs/main)", n)
-	default:
-		why = fmt.Sprintf("the newest of %d snapshots (refs/main names %s, which is not downloaded)", n, main)
-	}
-	return filepath.Join(snaps, newest), why, nil
 }
 
 // InferOptions settle what inference cannot tell from a folder.
@@ -890,81 +840,4 @@ func isFile(p string) bool {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
-}
-
-// YAML writes the inferred config as a model.yaml, the reason for each value in a comment
-// beside it, the files not served and the guesses at the end. Saved as Dir/model.yaml, it
-// serves the same.
-func (inf *Inference) YAML() []byte {
-	c := inf.Config
-	type line struct{ text, why string }
-	var lines []line
-	add := func(key string, value any) {
-		lines = append(lines, line{key + ": " + flow(value), inf.Why[key]})
-	}
-	add("name", c.Name)
-	add("task", string(c.Task))
-	add("tokenizer", c.Tokenizer)
-	add("max_length", c.MaxLength)
-	add("output", c.Output)
-	if c.Task == TaskEmbed {
-		add("pooling", string(c.Pooling))
-		add("normalize", c.Normalize)
-	}
-	if len(c.Labels) > 0 {
-		add("labels", c.Labels)
-	}
-	add("default_version", c.DefaultVersion)
-	lines = append(lines, line{"versions:", ""})
-	names := slices.Sorted(maps.Keys(c.Versions))
-	slices.SortStableFunc(names, func(a, b string) int { // the default first
-		return cmp.Compare(boolInt(a != c.DefaultVersion), boolInt(b != c.DefaultVersion))
-	})
-	for _, name := range names {
-		lines = append(lines, line{"  " + flow(name) + ": " + flow(map[string]string{"file": c.Versions[name].File}), inf.Why["versions."+name]})
-	}
-	width := 0
-	for _, l := range lines {
-		if l.why != "" {
-			width = max(width, min(len(l.text), 44))
-		}
-	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Inferred by `server models init` from %s, which has no model.yaml.\n", inf.Dir)
-	fmt.Fprintf(&b, "# Each comment says where a value came from. Edit what is wrong and save this as\n# %s to pin it: a model.yaml always wins over inference (docs/models.md).\n", filepath.Join(inf.Dir, ConfigFile))
-	for _, l := range lines {
-		if l.why == "" {
-			fmt.Fprintln(&b, l.text)
-			continue
-		}
-		fmt.Fprintf(&b, "%-*s  # %s\n", width, l.text, l.why)
-	}
-	for _, s := range inf.Skipped {
-		fmt.Fprintf(&b, "# not served: %s\n", s)
-	}
-	for _, w := range inf.Warnings {
-		fmt.Fprintf(&b, "# check: %s\n", w)
-	}
-	return b.Bytes()
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// flow encodes a value as one line of YAML.
-func flow(v any) string {
-	var n yaml.Node
-	if err := n.Encode(v); err != nil {
-		panic(err) // strings, ints, bools, string slices and maps always encode
-	}
-	n.Style |= yaml.FlowStyle
-	out, err := yaml.Marshal(&n)
-	if err != nil {
-		panic(err)
-	}
-	return strings.TrimSuffix(string(out), "\n")
 }
