@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,8 @@ import (
 	"math"
 	"os"
 	"strings"
-	"text/tabwriter"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // ReadReport reads a Report written by WriteJSON. A file of another schema is refused with
@@ -50,14 +50,10 @@ func WriteJSON(w io.Writer, r *Report) error {
 	if r == nil {
 		return errors.New("bench: no report to write")
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
+	if err := report.WriteJSON(w, r); err != nil {
 		return fmt.Errorf("bench: json report: %w", err)
 	}
-	_, err := w.Write(buf.Bytes())
-	return err
+	return nil
 }
 
 // Compare writes how after differs from before, version by version: the best rate at the
@@ -69,13 +65,10 @@ func Compare(w io.Writer, before, after *Report) error {
 	if before == nil || after == nil {
 		return errors.New("bench: compare needs two reports")
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	p := &textPrinter{w: tw}
-	p.printf("before\t%s\n", reportLine(before))
-	p.printf("after\t%s\n", reportLine(after))
-	p.flush()
+	p := report.NewPrinter(w)
+	p.Text(report.FactTable([]report.Fact{{Label: "before", Value: reportLine(before)}, {Label: "after", Value: reportLine(after)}}), "")
 	for _, d := range setupDiffs(before, after) {
-		p.printf("! %s\n", d)
+		p.Printf("! %s\n", d)
 	}
 	modesMatch := closedLoop(before) == closedLoop(after)
 	closed := closedLoop(before)
@@ -89,19 +82,19 @@ func Compare(w io.Writer, before, after *Report) error {
 			onlyBefore = append(onlyBefore, name)
 			continue
 		}
-		p.printf("\n%s\n", name)
+		p.Printf("\n%s\n", name)
 		bBest, bRuns := meanBest(before, name)
 		aBest, aRuns := meanBest(after, name)
 		label := "best rps at SLO"
 		if bRuns > 1 || aRuns > 1 {
 			label += fmt.Sprintf(" (mean of %d → %d runs)", bRuns, aRuns)
 		}
-		p.printf("  %s: %s → %s (%s); %s\n", label, numOrDash(bBest), numOrDash(aBest), deltaText(bBest, aBest),
+		p.Printf("  %s: %s → %s (%s); %s\n", label, report.NumOrDash(bBest), report.NumOrDash(aBest), deltaText(bBest, aBest),
 			noiseText(aBest-bBest, findVariance(before, b.Name), findVariance(after, a.Name)))
 		if !modesMatch {
 			continue
 		}
-		p.compareSteps(b.Steps, a.Steps, closed)
+		compareSteps(p, b.Steps, a.Steps, closed)
 	}
 	for _, a := range afterVersions {
 		if _, ok := findVersion(beforeVersions, versionLabel(a)); !ok {
@@ -109,18 +102,17 @@ func Compare(w io.Writer, before, after *Report) error {
 		}
 	}
 	if len(onlyBefore) > 0 {
-		p.printf("\nonly before: %s\n", strings.Join(onlyBefore, ", "))
+		p.Printf("\nonly before: %s\n", strings.Join(onlyBefore, ", "))
 	}
 	if len(onlyAfter) > 0 {
-		p.printf("\nonly after: %s\n", strings.Join(onlyAfter, ", "))
+		p.Printf("\nonly after: %s\n", strings.Join(onlyAfter, ", "))
 	}
-	p.flush()
-	return p.err
+	return p.Err()
 }
 
 // compareSteps writes the quantiles and throughput at each load level both versions measured.
-func (p *textPrinter) compareSteps(before, after []Step, closed bool) {
-	t := viewTable{Head: []string{loadHead(closed), "p50 ms", "p95 ms", "p99 ms", "achieved rps"}}
+func compareSteps(p *report.Printer, before, after []Step, closed bool) {
+	t := report.Table{Head: []string{loadHead(closed), "p50 ms", "p95 ms", "p99 ms", "achieved rps"}}
 	for _, b := range before {
 		a, ok := matchStep(after, b, closed)
 		if !ok {
@@ -135,19 +127,19 @@ func (p *textPrinter) compareSteps(before, after []Step, closed bool) {
 		})
 	}
 	if len(t.Rows) == 0 {
-		p.printf("  no load level measured in both\n")
+		p.Printf("  no load level measured in both\n")
 		return
 	}
-	p.textTable(t, "  ")
+	p.Text(t, "  ")
 }
 
 // reportLine identifies a report in one line.
 func reportLine(r *Report) string {
-	parts := []string{orDash(r.Tool)}
+	parts := []string{report.OrDash(r.Tool)}
 	if !r.Started.IsZero() {
 		parts = append(parts, r.Started.Format("2006-01-02 15:04 MST"))
 	}
-	parts = append(parts, orDash(strings.TrimSpace(r.Target+r.Route)))
+	parts = append(parts, report.OrDash(strings.TrimSpace(r.Target+r.Route)))
 	if n := len(r.Runs); n != 1 {
 		parts = append(parts, fmt.Sprintf("%d runs", n))
 	}
@@ -160,7 +152,7 @@ func setupDiffs(before, after *Report) []string {
 	var d []string
 	diff := func(what, b, a string) {
 		if b != a {
-			d = append(d, fmt.Sprintf("%s differ: %s → %s", what, orDash(b), orDash(a)))
+			d = append(d, fmt.Sprintf("%s differ: %s → %s", what, report.OrDash(b), report.OrDash(a)))
 		}
 	}
 	diff("targets", before.Target, after.Target)
@@ -230,15 +222,15 @@ func matchStep(steps []Step, s Step, closed bool) (Step, bool) {
 // deltaText is the relative change from b to a: "+10.4%", "-4.9%"; a dash when b is zero
 // or either was not measured.
 func deltaText(b, a float64) string {
-	if b == 0 || a == 0 || !isFiniteNum(b) || !isFiniteNum(a) {
-		return viewDash
+	if b == 0 || a == 0 || !report.Finite(b) || !report.Finite(a) {
+		return report.Dash
 	}
 	return fmt.Sprintf("%+.1f%%", (a-b)/b*100)
 }
 
 // changeText is "4.10 → 3.90 (-4.9%)".
 func changeText(b, a float64) string {
-	return numOrDash(b) + " → " + numOrDash(a) + " (" + deltaText(b, a) + ")"
+	return report.NumOrDash(b) + " → " + report.NumOrDash(a) + " (" + deltaText(b, a) + ")"
 }
 
 // noiseText says whether a change of best rate stands out from run-to-run noise: beyond
@@ -250,12 +242,12 @@ func noiseText(delta float64, before, after *Variance) string {
 	}
 	sd := 0.0
 	for _, v := range []*Variance{before, after} {
-		if v != nil && isFiniteNum(v.Best.SD) {
+		if v != nil && report.Finite(v.Best.SD) {
 			sd = max(sd, v.Best.SD)
 		}
 	}
 	if math.Abs(delta) > 2*sd {
-		return fmt.Sprintf("beyond noise (|Δ| %s > 2×sd %s)", numText(math.Abs(delta)), numText(2*sd))
+		return fmt.Sprintf("beyond noise (|Δ| %s > 2×sd %s)", report.Num(math.Abs(delta)), report.Num(2*sd))
 	}
-	return fmt.Sprintf("within noise (|Δ| %s ≤ 2×sd %s)", numText(math.Abs(delta)), numText(2*sd))
+	return fmt.Sprintf("within noise (|Δ| %s ≤ 2×sd %s)", report.Num(math.Abs(delta)), report.Num(2*sd))
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"slices"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // WriteHTML writes r as one self-contained HTML page: the header, the summary, SVG charts
@@ -45,7 +47,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 // htmlPage is what the page template reads.
 type htmlPage struct {
 	Title         string
-	Facts         []viewFact
+	Facts         []report.Fact
 	SummaryTitle  string
 	Summary       htmlTable
 	Plots         []htmlPlot
@@ -94,7 +96,7 @@ func newHTMLTable(t viewTable) htmlTable {
 func reportCharts(r *Report) []htmlPlot {
 	var plots []htmlPlot
 	add := func(svg, caption string) {
-		// svg comes from svgPlot, which escapes every piece of text it writes.
+		// svg comes from report.Plot, which escapes every piece of text it writes.
 		plots = append(plots, htmlPlot{Caption: caption, SVG: template.HTML(svg)})
 	}
 	if svg, ok := latencyChart(r); ok {
@@ -156,7 +158,7 @@ func chartSeries(steps []Step, closed bool, y func(Step) float64) (xs, ys []floa
 		all[i] = stepX(s, closed)
 	}
 	for _, i := range sortedByX(all) {
-		if v := y(steps[i]); v > 0 && isFiniteNum(v) && isFiniteNum(all[i]) {
+		if v := y(steps[i]); v > 0 && report.Finite(v) && report.Finite(all[i]) {
 			xs, ys = append(xs, all[i]), append(ys, v)
 		}
 	}
@@ -196,26 +198,26 @@ func latencyChart(r *Report) (string, bool) {
 	if closed {
 		title = "Latency against concurrency"
 	}
-	p := newSVGPlot(title, 760, 380,
-		newSVGAxis(loadAxisLabel(closed), xs, false, true), newSVGAxis("latency (ms)", ys, logY, true))
+	p := report.NewPlot(title, 760, 380,
+		report.NewAxis(loadAxisLabel(closed), xs, false, true), report.NewAxis("latency (ms)", ys, logY, true))
 	if slo > 0 {
-		p.hline(slo, svgSLOColour, "8 4", "SLO p95 "+shortText(slo)+" ms")
+		p.HLine(slo, report.SLOColour, report.SLODash, "SLO p95 "+report.Short(slo)+" ms")
 	}
 	for i, vr := range versions {
 		for _, q := range quantiles {
 			sx, sy := chartSeries(vr.Steps, closed, func(s Step) float64 { return q.of(s.Latency) })
-			p.polyline(sx, sy, svgColour(i), q.dash, versionLabel(vr)+" "+q.name)
-			p.dots(sx, sy, svgColour(i))
+			p.Polyline(sx, sy, report.Colour(i), q.dash, versionLabel(vr)+" "+q.name)
+			p.Dots(sx, sy, report.Colour(i))
 		}
-		p.addLegend(versionLabel(vr), svgColour(i), "")
+		p.Legend(versionLabel(vr), report.Colour(i), "")
 	}
 	for _, q := range quantiles {
-		p.addLegend(q.name, "#555", q.dash)
+		p.Legend(q.name, "#555", q.dash)
 	}
 	if slo > 0 {
-		p.addLegend("SLO p95", svgSLOColour, "8 4")
+		p.Legend("SLO p95", report.SLOColour, report.SLODash)
 	}
-	return p.svg(), true
+	return p.SVG(), true
 }
 
 // throughputChart draws achieved requests/s against load for every version. In open loop
@@ -236,34 +238,34 @@ func throughputChart(r *Report) (string, bool) {
 		target = r.SLO.RPS
 		ys = append(ys, target)
 	}
-	x := newSVGAxis(loadAxisLabel(closed), xs, false, true)
-	y := newSVGAxis("achieved (requests/s)", ys, false, true)
+	x := report.NewAxis(loadAxisLabel(closed), xs, false, true)
+	y := report.NewAxis("achieved (requests/s)", ys, false, true)
 	if !closed {
 		both := slices.Concat(xs, ys)
-		x = newSVGAxis(loadAxisLabel(closed), both, false, true)
-		y = newSVGAxis("achieved (requests/s)", both, false, true)
+		x = report.NewAxis(loadAxisLabel(closed), both, false, true)
+		y = report.NewAxis("achieved (requests/s)", both, false, true)
 	}
-	p := newSVGPlot("Achieved throughput", 760, 380, x, y)
+	p := report.NewPlot("Achieved throughput", 760, 380, x, y)
 	if !closed {
-		end := math.Min(p.x.hi, p.y.hi)
-		p.segment(0, 0, end, end, "#999", "3 3")
+		end := math.Min(p.X.Hi, p.Y.Hi)
+		p.Segment(0, 0, end, end, "#999", "3 3")
 	}
 	if target > 0 {
-		p.hline(target, svgSLOColour, "8 4", "SLO target "+shortText(target)+" rps")
+		p.HLine(target, report.SLOColour, report.SLODash, "SLO target "+report.Short(target)+" rps")
 	}
 	for i, vr := range versions {
 		sx, sy := chartSeries(vr.Steps, closed, func(s Step) float64 { return s.Achieved })
-		p.polyline(sx, sy, svgColour(i), "", versionLabel(vr)+" achieved")
-		p.dots(sx, sy, svgColour(i))
-		p.addLegend(versionLabel(vr), svgColour(i), "")
+		p.Polyline(sx, sy, report.Colour(i), "", versionLabel(vr)+" achieved")
+		p.Dots(sx, sy, report.Colour(i))
+		p.Legend(versionLabel(vr), report.Colour(i), "")
 	}
 	if !closed {
-		p.addLegend("y = x", "#999", "3 3")
+		p.Legend("y = x", "#999", "3 3")
 	}
 	if target > 0 {
-		p.addLegend("SLO target", svgSLOColour, "8 4")
+		p.Legend("SLO target", report.SLOColour, report.SLODash)
 	}
-	return p.svg(), true
+	return p.SVG(), true
 }
 
 // operatingStep picks the step whose latency histogram stands for a version: the highest
@@ -301,7 +303,7 @@ func binEdges(bins []Bin) (los, his []float64) {
 		if lo <= 0 || lo >= b.UpTo {
 			lo = b.UpTo / 2
 		}
-		if b.UpTo <= 0 || !isFiniteNum(b.UpTo) {
+		if b.UpTo <= 0 || !report.Finite(b.UpTo) {
 			lo, b.UpTo = 0, 0
 		}
 		los, his = append(los, lo), append(his, b.UpTo)
@@ -354,21 +356,21 @@ func histogramCharts(r *Report) []htmlPlot {
 		if slo > 0 {
 			xs = append(xs, slo)
 		}
-		p := newSVGPlot(name+" "+loadWhere(s, closed), 760, 260,
-			newSVGAxis("latency (ms)", xs, true, false), newSVGAxis("requests", counts, false, true))
-		p.bars(blo, bhi, bc, svgColour(i))
+		p := report.NewPlot(name+" "+loadWhere(s, closed), 760, 260,
+			report.NewAxis("latency (ms)", xs, true, false), report.NewAxis("requests", counts, false, true))
+		p.Bars(blo, bhi, bc, report.Colour(i))
 		for row, m := range marks {
 			if m.v > 0 {
-				p.vline(m.v, "#333", m.dash, m.label+" "+msText(m.v), row)
-				p.addLegend(m.label, "#333", m.dash)
+				p.VLine(m.v, "#333", m.dash, m.label+" "+report.NumOrDash(m.v), row)
+				p.Legend(m.label, "#333", m.dash)
 			}
 		}
 		if slo > 0 {
-			p.vline(slo, svgSLOColour, "8 4", "SLO", len(marks))
-			p.addLegend("SLO p95", svgSLOColour, "8 4")
+			p.VLine(slo, report.SLOColour, report.SLODash, "SLO", len(marks))
+			p.Legend("SLO p95", report.SLOColour, report.SLODash)
 		}
-		// svgPlot escapes all the text it writes.
-		plots = append(plots, htmlPlot{Caption: caption, SVG: template.HTML(p.svg())})
+		// report.Plot escapes all the text it writes.
+		plots = append(plots, htmlPlot{Caption: caption, SVG: template.HTML(p.SVG())})
 	}
 	return plots
 }
@@ -380,7 +382,7 @@ func offlineChart(r *Report) (string, bool) {
 	var xs, ys []float64
 	for _, vr := range versions {
 		for _, o := range vr.Offline {
-			if o.Batch > 0 && o.ItemsPerS > 0 && isFiniteNum(o.ItemsPerS) {
+			if o.Batch > 0 && o.ItemsPerS > 0 && report.Finite(o.ItemsPerS) {
 				xs, ys = append(xs, float64(o.Batch)), append(ys, o.ItemsPerS)
 			}
 		}
@@ -391,32 +393,32 @@ func offlineChart(r *Report) (string, bool) {
 	// Batch sizes are usually powers of two: a log axis spaces them evenly, and ticks at the
 	// sizes measured read better than 1-2-5 steps.
 	logX := slices.Max(xs)/slices.Min(xs) >= 8
-	x := newSVGAxis("batch size", xs, logX, true)
+	x := report.NewAxis("batch size", xs, logX, true)
 	if logX {
 		ticks := slices.Clone(xs)
 		slices.Sort(ticks)
 		if ticks = slices.Compact(ticks); len(ticks) <= 12 {
-			x.ticks = ticks
+			x.Ticks = ticks
 		}
 	}
-	p := newSVGPlot("Offline throughput", 760, 340, x, newSVGAxis("items/s", ys, false, true))
+	p := report.NewPlot("Offline throughput", 760, 340, x, report.NewAxis("items/s", ys, false, true))
 	for i, vr := range versions {
 		var sx, sy []float64
 		points := slices.Clone(vr.Offline)
 		slices.SortFunc(points, func(a, b OfflinePoint) int { return a.Batch - b.Batch })
 		for _, o := range points {
-			if o.Batch > 0 && o.ItemsPerS > 0 && isFiniteNum(o.ItemsPerS) {
+			if o.Batch > 0 && o.ItemsPerS > 0 && report.Finite(o.ItemsPerS) {
 				sx, sy = append(sx, float64(o.Batch)), append(sy, o.ItemsPerS)
 			}
 		}
 		if len(sx) == 0 {
 			continue
 		}
-		p.polyline(sx, sy, svgColour(i), "", versionLabel(vr)+" offline")
-		p.dots(sx, sy, svgColour(i))
-		p.addLegend(versionLabel(vr), svgColour(i), "")
+		p.Polyline(sx, sy, report.Colour(i), "", versionLabel(vr)+" offline")
+		p.Dots(sx, sy, report.Colour(i))
+		p.Legend(versionLabel(vr), report.Colour(i), "")
 	}
-	return p.svg(), true
+	return p.SVG(), true
 }
 
 // htmlPageTemplate is the page. html/template escapes every value put into it; the charts
@@ -480,3 +482,22 @@ svg { max-width: 100%; height: auto; }
 {{end}}</tbody>
 </table>
 {{end}}`
+
+// sortedByX returns the indices of xs in ascending order of value, so that a series is
+// drawn left to right whatever order it was measured in.
+func sortedByX(xs []float64) []int {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case xs[a] < xs[b]:
+			return -1
+		case xs[a] > xs[b]:
+			return 1
+		}
+		return 0
+	})
+	return idx
+}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // svgElements returns each <svg>…</svg> in an HTML page, in order.
@@ -110,7 +112,7 @@ func TestWriteHTMLFixture(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(latency, `stroke="`+svgSLOColour+`" stroke-width="1.5" stroke-dasharray="8 4"`) {
+	if !strings.Contains(latency, `stroke="`+report.SLOColour+`" stroke-width="1.5" stroke-dasharray="8 4"`) {
 		t.Error("latency chart has no dashed SLO line")
 	}
 	if !strings.Contains(svgs[1], `stroke="#999" stroke-width="1.5" stroke-dasharray="3 3"`) {

@@ -7,22 +7,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // The views of a Report (text, Markdown, HTML) share one reading of it: reportView turns the
 // Report into facts, tables, warnings and notes once, and each writer only lays them out. So
 // the three cannot disagree about what a number is or when a value is missing.
 
-// viewDash stands for a value that was not measured or does not apply; a zero would be a
-// fake number.
-const viewDash = "–"
-
 // reportView is a Report read for display.
 type reportView struct {
 	Title    string
-	Facts    []viewFact
+	Facts    []report.Fact
 	Versions []versionView
 	// SummaryTitle heads Summary: what "best" means for this report.
 	SummaryTitle string
@@ -33,16 +30,9 @@ type reportView struct {
 	Notes         []string
 }
 
-// viewFact is one line of a report's header.
-type viewFact struct {
-	Label, Value string
-}
-
-// viewTable is a table of display strings; Class has one CSS class per row ("pass", "fail"
-// or ""), used by the HTML view only.
+// viewTable is a table with one CSS class per row ("pass", "fail" or ""), for the HTML view.
 type viewTable struct {
-	Head  []string
-	Rows  [][]string
+	report.Table
 	Class []string
 }
 
@@ -90,7 +80,7 @@ func newReportView(r *Report) reportView {
 	}
 	v.SummaryTitle = "Summary"
 	if r.SLO != nil && r.SLO.P95 > 0 {
-		v.SummaryTitle = "Summary: highest rate meeting p95 ≤ " + shortText(durationMs(r.SLO.P95)) + " ms"
+		v.SummaryTitle = "Summary: highest rate meeting p95 ≤ " + report.Short(durationMs(r.SLO.P95)) + " ms"
 	}
 	v.Summary = summaryTable(versions)
 	if len(r.Variance) > 0 {
@@ -113,22 +103,22 @@ func versionLabel(vr VersionResult) string {
 }
 
 // reportFacts is the header: what was measured, how, and against what.
-func reportFacts(r *Report) []viewFact {
-	facts := []viewFact{
-		{"Target", orDash(r.Target)},
-		{"Route", orDash(r.Route)},
-		{"Load", loadText(r.Load)},
-		{"Inputs", inputsText(r.Load.Inputs)},
-		{"Workload", workloadText(r.Workload)},
-		{"SLO", sloText(r.SLO)},
+func reportFacts(r *Report) []report.Fact {
+	facts := []report.Fact{
+		{Label: "Target", Value: report.OrDash(r.Target)},
+		{Label: "Route", Value: report.OrDash(r.Route)},
+		{Label: "Load", Value: loadText(r.Load)},
+		{Label: "Inputs", Value: inputsText(r.Load.Inputs)},
+		{Label: "Workload", Value: workloadText(r.Workload)},
+		{Label: "SLO", Value: sloText(r.SLO)},
 	}
 	if r.Price > 0 {
-		facts = append(facts, viewFact{"Price", "$" + strconv.FormatFloat(r.Price, 'f', 2, 64) + " per hour"})
+		facts = append(facts, report.Fact{Label: "Price", Value: "$" + report.Fixed(r.Price, 2) + " per hour"})
 	}
 	if n := len(r.Runs); n > 1 {
-		facts = append(facts, viewFact{"Runs", fmt.Sprintf("%d (tables show run 1; the spread is under Variance)", n)})
+		facts = append(facts, report.Fact{Label: "Runs", Value: fmt.Sprintf("%d (tables show run 1; the spread is under Variance)", n)})
 	}
-	facts = append(facts, viewFact{"Tool", toolText(r)}, viewFact{"Host", hostText(r.Host)})
+	facts = append(facts, report.Fact{Label: "Tool", Value: toolText(r)}, report.Fact{Label: "Host", Value: hostText(r.Host)})
 	return facts
 }
 
@@ -136,7 +126,7 @@ func reportFacts(r *Report) []viewFact {
 // queueing in the clients, because that is the first thing to know when reading it.
 func loadText(l LoadSpec) string {
 	if l == (LoadSpec{}) {
-		return viewDash
+		return report.Dash
 	}
 	var parts []string
 	switch l.Mode {
@@ -178,7 +168,7 @@ func loadText(l LoadSpec) string {
 func inputsText(n int) string {
 	switch {
 	case n <= 0:
-		return viewDash
+		return report.Dash
 	case n == 1:
 		return "1 text per request"
 	default:
@@ -211,7 +201,7 @@ func workloadText(w WorkloadSummary) string {
 		}
 	}
 	if len(parts) == 0 {
-		return viewDash
+		return report.Dash
 	}
 	return strings.Join(parts, "; ")
 }
@@ -221,19 +211,19 @@ func distributionText(d Distribution) string {
 	if d == (Distribution{}) {
 		return ""
 	}
-	return "p50 " + shortText(d.P50) + " / p95 " + shortText(d.P95) + " / max " + shortText(d.Max)
+	return "p50 " + report.Short(d.P50) + " / p95 " + report.Short(d.P95) + " / max " + report.Short(d.Max)
 }
 
 func sloText(s *SLO) string {
 	if s == nil || (s.P95 <= 0 && s.RPS <= 0) {
-		return viewDash
+		return report.Dash
 	}
 	var parts []string
 	if s.P95 > 0 {
-		parts = append(parts, "p95 ≤ "+shortText(durationMs(s.P95))+" ms")
+		parts = append(parts, "p95 ≤ "+report.Short(durationMs(s.P95))+" ms")
 	}
 	if s.RPS > 0 {
-		parts = append(parts, "at ≥ "+shortText(s.RPS)+" req/s")
+		parts = append(parts, "at ≥ "+report.Short(s.RPS)+" req/s")
 	}
 	return strings.Join(parts, " ")
 }
@@ -244,7 +234,7 @@ func toolText(r *Report) string {
 		s = strings.TrimSpace(s + ", started " + r.Started.Format(time.DateTime+" MST"))
 		s = strings.TrimPrefix(s, ", ")
 	}
-	return orDash(s)
+	return report.OrDash(s)
 }
 
 func hostText(h Host) string {
@@ -259,7 +249,7 @@ func hostText(h Host) string {
 		parts = append(parts, h.Name)
 	}
 	if len(parts) == 0 {
-		return viewDash
+		return report.Dash
 	}
 	return strings.Join(parts, ", ")
 }
@@ -276,11 +266,11 @@ func loadHead(closed bool) string {
 func loadCell(s Step, closed bool) string {
 	if closed {
 		if s.Concurrency <= 0 {
-			return viewDash
+			return report.Dash
 		}
 		return strconv.Itoa(s.Concurrency)
 	}
-	return numOrDash(s.Offered)
+	return report.NumOrDash(s.Offered)
 }
 
 // loadWhere is loadCell as a phrase: "at 400 rps", "at 32 clients".
@@ -298,7 +288,7 @@ func stepTable(steps []Step, closed bool) viewTable {
 		tokens = tokens || s.TokensPerS > 0
 		why = why || s.Why != ""
 	}
-	t := viewTable{Head: []string{loadHead(closed), "achieved rps", "items/s"}}
+	t := viewTable{Table: report.Table{Head: []string{loadHead(closed), "achieved rps", "items/s"}}}
 	if tokens {
 		t.Head = append(t.Head, "tokens/s")
 	}
@@ -307,19 +297,19 @@ func stepTable(steps []Step, closed bool) viewTable {
 		t.Head = append(t.Head, "why")
 	}
 	for _, s := range steps {
-		row := []string{loadCell(s, closed), numText(s.Achieved), numText(s.ItemsPerS)}
+		row := []string{loadCell(s, closed), report.Num(s.Achieved), report.Num(s.ItemsPerS)}
 		if tokens {
-			row = append(row, numOrDash(s.TokensPerS))
+			row = append(row, report.NumOrDash(s.TokensPerS))
 		}
 		errs := strconv.Itoa(s.Errors + s.Timeouts)
 		if s.Timeouts > 0 {
 			errs += fmt.Sprintf(" (%d timeouts)", s.Timeouts)
 		}
 		row = append(row,
-			msText(s.Latency.P50), msText(s.Latency.P95), msText(s.Latency.P99), msText(s.Latency.Max),
-			strconv.Itoa(s.Rejected), errs, passMark(s.Pass), orDash(s.Dominant))
+			report.NumOrDash(s.Latency.P50), report.NumOrDash(s.Latency.P95), report.NumOrDash(s.Latency.P99), report.NumOrDash(s.Latency.Max),
+			strconv.Itoa(s.Rejected), errs, passMark(s.Pass), report.OrDash(s.Dominant))
 		if why {
-			row = append(row, orDash(s.Why))
+			row = append(row, report.OrDash(s.Why))
 		}
 		t.Rows = append(t.Rows, row)
 		t.Class = append(t.Class, passClass(s.Pass))
@@ -330,7 +320,7 @@ func stepTable(steps []Step, closed bool) viewTable {
 func passMark(p *bool) string {
 	switch {
 	case p == nil:
-		return viewDash
+		return report.Dash
 	case *p:
 		return "✓"
 	default:
@@ -357,11 +347,11 @@ func stepWarnings(steps []Step, closed bool) []string {
 		at := loadWhere(s, closed)
 		if s.Little.Flag {
 			w = append(w, fmt.Sprintf("Little's Law %s: %s in flight measured, %s expected (λW), off by %s: %s",
-				at, numText(s.Little.InFlight), numText(s.Little.Expected), pctText(math.Abs(s.Little.Deviation)), orDash(s.Little.Cause)))
+				at, report.Num(s.Little.InFlight), report.Num(s.Little.Expected), report.Pct(math.Abs(s.Little.Deviation)), report.OrDash(s.Little.Cause)))
 		}
 		if m := s.Bimodal; m != nil {
 			w = append(w, fmt.Sprintf("bimodal latency %s: %s of requests near %s ms, the rest near %s ms",
-				at, pctText(m.LowShare), msText(m.Low), msText(m.High)))
+				at, report.Pct(m.LowShare), report.NumOrDash(m.Low), report.NumOrDash(m.High)))
 		}
 		if s.Interrupted {
 			w = append(w, "interrupted "+at+": the step was cut short")
@@ -384,47 +374,47 @@ func summaryTable(versions []VersionResult) viewTable {
 		cost = cost || (vr.Plan != nil && vr.Plan.CostPerMillion > 0)
 	}
 	base := versions[0]
-	t := viewTable{Head: []string{"version", "best rps", "best items/s", "vs " + versionLabel(base),
-		"peak rps", "offline items/s", "efficiency", "replicas", "in-flight/replica"}}
+	t := viewTable{Table: report.Table{Head: []string{"version", "best rps", "best items/s", "vs " + versionLabel(base),
+		"peak rps", "offline items/s", "efficiency", "replicas", "in-flight/replica"}}}
 	if cost {
 		t.Head = append(t.Head, "$/M req")
 	}
 	t.Head = append(t.Head, "verdict")
 	for _, vr := range versions {
-		ratio := viewDash
-		if base.Best > 0 && vr.Best > 0 && isFiniteNum(vr.Best/base.Best) {
+		ratio := report.Dash
+		if base.Best > 0 && vr.Best > 0 && report.Finite(vr.Best/base.Best) {
 			ratio = strconv.FormatFloat(vr.Best/base.Best, 'f', 2, 64) + "×"
 		}
-		offline := viewDash
+		offline := report.Dash
 		if p, ok := bestOffline(vr.Offline); ok {
-			offline = fmt.Sprintf("%s (batch %d)", numText(p.ItemsPerS), p.Batch)
+			offline = fmt.Sprintf("%s (batch %d)", report.Num(p.ItemsPerS), p.Batch)
 		}
-		eff := viewDash
+		eff := report.Dash
 		if vr.Efficiency > 0 {
-			eff = pctText(vr.Efficiency)
+			eff = report.Pct(vr.Efficiency)
 		}
-		replicas, inflight := viewDash, viewDash
+		replicas, inflight := report.Dash, report.Dash
 		if p := vr.Plan; p != nil {
 			if p.Replicas > 0 {
 				replicas = strconv.Itoa(p.Replicas)
 				if p.TargetRPS > 0 {
-					replicas += " for " + shortText(p.TargetRPS) + " rps"
+					replicas += " for " + report.Short(p.TargetRPS) + " rps"
 				}
 			}
 			if p.InFlight > 0 {
 				inflight = strconv.Itoa(p.InFlight)
 			}
 		}
-		row := []string{versionLabel(vr), numOrDash(vr.Best), numOrDash(vr.BestItems), ratio,
-			numOrDash(peakAchieved(vr.Steps)), offline, eff, replicas, inflight}
+		row := []string{versionLabel(vr), report.NumOrDash(vr.Best), report.NumOrDash(vr.BestItems), ratio,
+			report.NumOrDash(peakAchieved(vr.Steps)), offline, eff, replicas, inflight}
 		if cost {
-			c := viewDash
+			c := report.Dash
 			if vr.Plan != nil && vr.Plan.CostPerMillion > 0 {
-				c = "$" + numText(vr.Plan.CostPerMillion)
+				c = "$" + report.Num(vr.Plan.CostPerMillion)
 			}
 			row = append(row, c)
 		}
-		verdict := viewDash
+		verdict := report.Dash
 		class := ""
 		if v := vr.Verdict; v != nil {
 			mark, word := "✗", "fails"
@@ -448,7 +438,7 @@ func bestOffline(points []OfflinePoint) (OfflinePoint, bool) {
 	var best OfflinePoint
 	ok := false
 	for _, p := range points {
-		if isFiniteNum(p.ItemsPerS) && p.ItemsPerS > 0 && (!ok || p.ItemsPerS > best.ItemsPerS) {
+		if report.Finite(p.ItemsPerS) && p.ItemsPerS > 0 && (!ok || p.ItemsPerS > best.ItemsPerS) {
 			best, ok = p, true
 		}
 	}
@@ -460,7 +450,7 @@ func bestOffline(points []OfflinePoint) (OfflinePoint, bool) {
 func peakAchieved(steps []Step) float64 {
 	peak := 0.0
 	for _, s := range steps {
-		if isFiniteNum(s.Achieved) {
+		if report.Finite(s.Achieved) {
 			peak = max(peak, s.Achieved)
 		}
 	}
@@ -473,11 +463,11 @@ func varianceTable(vs []Variance, closed bool) viewTable {
 	if closed {
 		at = "at"
 	}
-	t := viewTable{Head: []string{"version", "best rps", at, "p50 ms", "p95 ms"}}
+	t := viewTable{Table: report.Table{Head: []string{"version", "best rps", at, "p50 ms", "p95 ms"}}}
 	for _, v := range vs {
-		rate, p50, p95 := viewDash, viewDash, viewDash
+		rate, p50, p95 := report.Dash, report.Dash, report.Dash
 		if v.Rate > 0 {
-			rate, p50, p95 = numText(v.Rate), spreadText(v.P50), spreadText(v.P95)
+			rate, p50, p95 = report.Num(v.Rate), spreadText(v.P50), spreadText(v.P95)
 		}
 		t.Rows = append(t.Rows, []string{versionLabel(VersionResult{Name: v.Name}), spreadText(v.Best), rate, p50, p95})
 		t.Class = append(t.Class, "")
@@ -487,84 +477,22 @@ func varianceTable(vs []Variance, closed bool) viewTable {
 
 // spreadText is "412 ± 9.1 (2.2%), 400–425".
 func spreadText(s Spread) string {
-	if s == (Spread{}) || !isFiniteNum(s.Mean) {
-		return viewDash
+	if s == (Spread{}) || !report.Finite(s.Mean) {
+		return report.Dash
 	}
-	out := numText(s.Mean) + " ± " + numText(s.SD)
-	if s.CV > 0 && isFiniteNum(s.CV) {
-		out += " (" + pctText(s.CV) + ")"
+	out := report.Num(s.Mean) + " ± " + report.Num(s.SD)
+	if s.CV > 0 && report.Finite(s.CV) {
+		out += " (" + report.Pct(s.CV) + ")"
 	}
 	if s.Min != 0 || s.Max != 0 {
-		out += ", " + numText(s.Min) + "–" + numText(s.Max)
+		out += ", " + report.Num(s.Min) + "–" + report.Num(s.Max)
 	}
 	return out
 }
 
-// numText prints v to three significant digits without an exponent: 0.0123, 4.56, 78.9,
-// 412, 12345. Anything not finite prints as a dash.
-func numText(v float64) string {
-	if !isFiniteNum(v) {
-		return viewDash
-	}
-	if v == 0 {
-		return "0"
-	}
-	decimals := 2 - int(math.Floor(math.Log10(math.Abs(v))))
-	decimals = min(max(decimals, 0), 6)
-	s := strconv.FormatFloat(v, 'f', decimals, 64)
-	// Rounding can carry into a new digit (9.996 → "10.00"); print it at the new magnitude.
-	if r, err := strconv.ParseFloat(s, 64); err == nil && r != 0 && decimals > 0 &&
-		2-int(math.Floor(math.Log10(math.Abs(r)))) < decimals {
-		s = strconv.FormatFloat(r, 'f', max(decimals-1, 0), 64)
-	}
-	return s
-}
-
-// shortText is numText without trailing zeros, for settings rather than measurements:
-// "50 ms", "2.5 s".
-func shortText(v float64) string {
-	s := numText(v)
-	if strings.Contains(s, ".") {
-		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	}
-	return s
-}
-
-// numOrDash is numText, with a dash for zero: for quantities where zero means "none".
-func numOrDash(v float64) string {
-	if v == 0 {
-		return viewDash
-	}
-	return numText(v)
-}
-
-// msText prints a latency in milliseconds; zero means no request completed to time.
-func msText(v float64) string { return numOrDash(v) }
-
-// pctText prints a fraction as a percentage: 0.42 → "42%", 0.034 → "3.4%".
-func pctText(f float64) string {
-	if !isFiniteNum(f) {
-		return viewDash
-	}
-	p := f * 100
-	if math.Abs(p) < 10 && p != math.Trunc(p) {
-		return strconv.FormatFloat(p, 'f', 1, 64) + "%"
-	}
-	return strconv.FormatFloat(p, 'f', 0, 64) + "%"
-}
-
-func secondsText(s float64) string { return shortText(s) + " s" }
+func secondsText(s float64) string { return report.Short(s) + " s" }
 
 func durationMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func orDash(s string) string {
-	if strings.TrimSpace(s) == "" {
-		return viewDash
-	}
-	return s
-}
-
-func isFiniteNum(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // WriteText writes r for a terminal: the header, a table of steps per version with
 // warnings under it, a summary with one row per version, the run-to-run spread and the
@@ -574,78 +502,33 @@ func WriteText(w io.Writer, r *Report) error {
 		return fmt.Errorf("bench: no report to write")
 	}
 	v := newReportView(r)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	p := &textPrinter{w: tw}
-	p.printf("%s\n\n", v.Title)
-	for _, f := range v.Facts {
-		p.printf("%s\t%s\n", f.Label, f.Value)
-	}
-	p.flush()
+	p := report.NewPrinter(w)
+	p.Printf("%s\n\n", v.Title)
+	p.Text(report.FactTable(v.Facts), "")
 	if len(v.Versions) == 0 {
-		p.printf("\nNo versions were measured.\n")
+		p.Printf("\nNo versions were measured.\n")
 	}
 	for _, vv := range v.Versions {
-		p.printf("\n%s\n", vv.Name)
+		p.Printf("\n%s\n", vv.Name)
 		if len(vv.Steps.Rows) == 0 {
-			p.printf("  no steps measured\n")
+			p.Printf("  no steps measured\n")
 		} else {
-			p.textTable(vv.Steps, "  ")
+			p.Text(vv.Steps.Table, "  ")
 		}
 		for _, warn := range vv.Warnings {
-			p.printf("  ! %s\n", warn)
+			p.Printf("  ! %s\n", warn)
 		}
 	}
 	if len(v.Summary.Rows) > 0 {
-		p.printf("\n%s\n", v.SummaryTitle)
-		p.textTable(v.Summary, "  ")
+		p.Printf("\n%s\n", v.SummaryTitle)
+		p.Text(v.Summary.Table, "  ")
 	}
 	if len(v.Variance.Rows) > 0 {
-		p.printf("\n%s (mean ± sd (CV), range)\n", v.VarianceTitle)
-		p.textTable(v.Variance, "  ")
+		p.Printf("\n%s (mean ± sd (CV), range)\n", v.VarianceTitle)
+		p.Text(v.Variance.Table, "  ")
 	}
-	if len(v.Notes) > 0 {
-		p.printf("\nNotes\n")
-		for _, n := range v.Notes {
-			p.printf("  - %s\n", n)
-		}
-	}
-	p.flush()
-	return p.err
-}
-
-// textPrinter keeps the first write error so that a writer can print freely and check once.
-type textPrinter struct {
-	w   *tabwriter.Writer
-	err error
-}
-
-func (p *textPrinter) printf(format string, args ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
-	}
-}
-
-func (p *textPrinter) flush() {
-	if p.err == nil {
-		p.err = p.w.Flush()
-	}
-}
-
-// textTable writes t aligned in columns, each line indented.
-func (p *textPrinter) textTable(t viewTable, indent string) {
-	line := func(cells []string) {
-		// A tab inside a cell would start a new column; nothing in a report needs one.
-		clean := make([]string, len(cells))
-		for i, c := range cells {
-			clean[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(c)
-		}
-		p.printf("%s%s\n", indent, strings.Join(clean, "\t"))
-	}
-	line(t.Head)
-	for _, row := range t.Rows {
-		line(row)
-	}
-	p.flush()
+	p.Notes(v.Notes)
+	return p.Err()
 }
 
 // WriteMarkdown writes r as GitHub Markdown, with the same content as WriteText: for a
@@ -655,81 +538,48 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		return fmt.Errorf("bench: no report to write")
 	}
 	v := newReportView(r)
-	var b strings.Builder
-	fmt.Fprintf(&b, "# %s\n\n", mdEscape(v.Title))
+	p := report.NewPrinter(w)
+	p.Printf("# %s\n\n", report.Escape(v.Title))
 	for _, f := range v.Facts {
-		fmt.Fprintf(&b, "- **%s:** %s\n", f.Label, mdEscape(f.Value))
+		p.Printf("- **%s:** %s\n", f.Label, report.Escape(f.Value))
 	}
 	if len(v.Summary.Rows) > 0 {
-		fmt.Fprintf(&b, "\n## %s\n\n", mdEscape(v.SummaryTitle))
-		mdTable(&b, v.Summary)
+		p.Printf("\n## %s\n\n", report.Escape(v.SummaryTitle))
+		p.Markdown(numeric(v.Summary.Table))
 	}
 	if len(v.Versions) == 0 {
-		b.WriteString("\nNo versions were measured.\n")
+		p.Printf("\nNo versions were measured.\n")
 	}
 	for _, vv := range v.Versions {
-		fmt.Fprintf(&b, "\n## %s\n\n", mdEscape(vv.Name))
+		p.Printf("\n## %s\n\n", report.Escape(vv.Name))
 		if len(vv.Steps.Rows) == 0 {
-			b.WriteString("No steps measured.\n")
+			p.Printf("No steps measured.\n")
 		} else {
-			mdTable(&b, vv.Steps)
+			p.Markdown(numeric(vv.Steps.Table))
 		}
 		for _, warn := range vv.Warnings {
-			fmt.Fprintf(&b, "\n> ⚠️ %s\n", mdEscape(warn))
+			p.Printf("\n> ⚠️ %s\n", report.Escape(warn))
 		}
 	}
 	if len(v.Variance.Rows) > 0 {
-		fmt.Fprintf(&b, "\n## %s\n\nMean ± sd (CV), range.\n\n", mdEscape(v.VarianceTitle))
-		mdTable(&b, v.Variance)
+		p.Printf("\n## %s\n\nMean ± sd (CV), range.\n\n", report.Escape(v.VarianceTitle))
+		p.Markdown(numeric(v.Variance.Table))
 	}
-	if len(v.Notes) > 0 {
-		b.WriteString("\n## Notes\n\n")
-		for _, n := range v.Notes {
-			fmt.Fprintf(&b, "- %s\n", mdEscape(n))
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	p.MarkdownNotes("## Notes", v.Notes)
+	return p.Err()
 }
 
-// mdTable writes t as a GitHub Markdown table; columns after the first are right-aligned
-// where every cell is a number or a dash.
-func mdTable(b *strings.Builder, t viewTable) {
-	row := func(cells []string) {
-		b.WriteString("|")
-		for _, c := range cells {
-			b.WriteString(" " + mdEscape(c) + " |")
-		}
-		b.WriteString("\n")
+// numeric aligns right the columns after the first where every cell is a number or a dash.
+func numeric(t report.Table) report.Table {
+	t.Right = make([]bool, len(t.Head))
+	for i := 1; i < len(t.Head); i++ {
+		t.Right[i] = !slices.ContainsFunc(t.Rows, func(row []string) bool {
+			if i >= len(row) || row[i] == report.Dash {
+				return false
+			}
+			_, err := strconv.ParseFloat(row[i], 64)
+			return err != nil
+		})
 	}
-	row(t.Head)
-	b.WriteString("|")
-	for i := range t.Head {
-		if i > 0 && numericColumn(t, i) {
-			b.WriteString("---:|")
-		} else {
-			b.WriteString("---|")
-		}
-	}
-	b.WriteString("\n")
-	for _, r := range t.Rows {
-		row(r)
-	}
-}
-
-// numericColumn reports whether column i of t holds only numbers and dashes.
-func numericColumn(t viewTable, i int) bool {
-	return !slices.ContainsFunc(t.Rows, func(row []string) bool {
-		if i >= len(row) || row[i] == viewDash {
-			return false
-		}
-		_, err := strconv.ParseFloat(row[i], 64)
-		return err != nil
-	})
-}
-
-// mdEscape keeps a cell on one line and inside its column, and keeps text that looks like
-// HTML from being read as HTML.
-func mdEscape(s string) string {
-	return strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+	return t
 }

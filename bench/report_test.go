@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // viewFixture is a realistic report of two versions, fp32 and int8, swept over five offered
@@ -40,7 +42,7 @@ func viewFixture() *Report {
 			Pass:      ok,
 		}
 		if ok != nil && !*ok {
-			s.Why = "p95 " + numText(p95) + " ms over 50 ms"
+			s.Why = "p95 " + report.Num(p95) + " ms over 50 ms"
 		}
 		return s
 	}
@@ -283,8 +285,8 @@ func TestWriteTextMarkdownEdgeCases(t *testing.T) {
 					t.Fatal(err)
 				}
 				out := b.String()
-				if !strings.Contains(out, viewDash) {
-					t.Errorf("no %q for the missing values", viewDash)
+				if !strings.Contains(out, report.Dash) {
+					t.Errorf("no %q for the missing values", report.Dash)
 				}
 				if hasBadNumber(out) {
 					t.Errorf("prints NaN or Inf")
@@ -319,39 +321,5 @@ func TestWriteTextNilReport(t *testing.T) {
 	var b bytes.Buffer
 	if WriteText(&b, nil) == nil || WriteMarkdown(&b, nil) == nil || WriteHTML(&b, nil) == nil || WriteJSON(&b, nil) == nil {
 		t.Error("a nil report was written without an error")
-	}
-}
-
-func TestTextNumbers(t *testing.T) {
-	tests := []struct {
-		in   float64
-		want string
-	}{
-		{0, "0"},
-		{0.0123456, "0.0123"},
-		{0.5, "0.500"},
-		{4.567, "4.57"},
-		{9.996, "10.0"},
-		{78.94, "78.9"},
-		{99.96, "100"},
-		{412.4, "412"},
-		{12345.6, "12346"},
-		{-3.21, "-3.21"},
-		{math.NaN(), viewDash},
-		{math.Inf(1), viewDash},
-	}
-	for _, tt := range tests {
-		if got := numText(tt.in); got != tt.want {
-			t.Errorf("numText(%v) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-	pcts := []struct {
-		in   float64
-		want string
-	}{{0.42, "42%"}, {0.034, "3.4%"}, {0.05, "5%"}, {1.5, "150%"}, {math.NaN(), viewDash}}
-	for _, tt := range pcts {
-		if got := pctText(tt.in); got != tt.want {
-			t.Errorf("pctText(%v) = %q, want %q", tt.in, got, tt.want)
-		}
 	}
 }

@@ -1,30 +1,21 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
+	"cmp"
 	_ "embed"
-	"encoding/csv"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ortserve/ortserve/bench/dataset"
 )
 
-// MaxLine is the longest line, in bytes, that ParseTXT and ParseJSONL accept.
-const MaxLine = 1 << 20
-
-// DefaultColumn is the CSV/TSV column and JSON Lines field that holds the text when none is named.
-const DefaultColumn = "text"
-
-// builtIn is the built-in workload: one text per line, as ParseTXT reads it.
+// builtIn is the built-in workload: one text per line.
 //
 //go:embed sentences.txt
 var builtIn string
@@ -40,7 +31,7 @@ type Workload struct {
 // search box, a support chat or a review classifier receives, mostly one sentence, some
 // short queries and some paragraph-long reviews. Each call returns a new Workload.
 func BuiltIn() *Workload {
-	texts, err := ParseTXT(strings.NewReader(builtIn))
+	texts, err := readTexts(strings.NewReader(builtIn), dataset.TXT, "")
 	if err != nil || len(texts) == 0 {
 		// sentences.txt is compiled in; a broken one is a programmer error the tests catch.
 		panic(fmt.Sprintf("bench: built-in sentences.txt: %d texts, %v", len(texts), err))
@@ -118,32 +109,20 @@ func nearestRank(s []float64, p float64) float64 {
 //   - .csv, .tsv: a header row, then one text per row in the column named column.
 //   - .jsonl, .ndjson: one JSON object per line, the text in its string field named column.
 //
-// column defaults to "text" when empty; it is ignored for .txt. Blank texts are skipped. An
-// error says what is wrong with the file, where, and what to do about it; a file with no
-// texts is an error too.
+// column defaults to "text" when empty; it is ignored for .txt. Rows may be ragged as long as
+// they reach the column, and blank texts are skipped. An error says what is wrong with the
+// file, where, and what to do about it; a file with no texts is an error too.
 func LoadWorkload(path, column string) (*Workload, error) {
-	ext := strings.ToLower(filepath.Ext(path))
-	var parse func(io.Reader) ([]string, error)
-	switch ext {
-	case ".txt":
-		parse = ParseTXT
-	case ".csv", ".tsv":
-		comma := ','
-		if ext == ".tsv" {
-			comma = '\t'
-		}
-		parse = func(r io.Reader) ([]string, error) { return ParseCSV(r, comma, column) }
-	case ".jsonl", ".ndjson":
-		parse = func(r io.Reader) ([]string, error) { return ParseJSONL(r, column) }
-	default:
-		return nil, fmt.Errorf("workload %s: unknown format %q: use .txt (one text per line), .csv or .tsv (with a header row), or .jsonl/.ndjson (one JSON object per line)", path, ext)
+	format := dataset.FormatOf(path)
+	if format == "" {
+		return nil, fmt.Errorf("workload %s: unknown format %q: use .txt (one text per line), .csv or .tsv (with a header row), or .jsonl/.ndjson (one JSON object per line)", path, strings.ToLower(filepath.Ext(path)))
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
 	defer f.Close()
-	texts, err := parse(bufio.NewReader(f))
+	texts, err := readTexts(f, format, column)
 	if err != nil {
 		return nil, fmt.Errorf("workload %s: %w", path, err)
 	}
@@ -153,185 +132,18 @@ func LoadWorkload(path, column string) (*Workload, error) {
 	return &Workload{Source: path, Texts: texts}, nil
 }
 
-// ParseTXT reads one text per line. Lines end in \n or \r\n; a UTF-8 byte order mark at the
-// start is dropped; blank lines are skipped. A line longer than MaxLine or not valid UTF-8 is
-// an error naming its line number.
-func ParseTXT(r io.Reader) ([]string, error) {
-	var texts []string
-	err := scanLines(r, func(line []byte) error {
-		texts = append(texts, string(line))
-		return nil
-	})
-	return texts, err
-}
-
-// ParseJSONL reads JSON Lines: one JSON object per line, each with a string field named column
-// ("text" if column is empty) that holds its text; other fields are ignored. Blank lines, and
-// objects whose text is blank, are skipped. A line that is not such an object is an error
-// naming its line number.
-func ParseJSONL(r io.Reader, column string) ([]string, error) {
-	if column == "" {
-		column = DefaultColumn
-	}
-	var texts []string
-	err := scanLines(r, func(line []byte) error {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(line, &obj); err != nil || obj == nil {
-			what := "not valid JSON"
-			if json.Valid(line) {
-				what = jsonKind(line) + ", not an object"
-			} else if err != nil {
-				what += " (" + strings.TrimPrefix(err.Error(), "json: ") + ")"
-			}
-			return fmt.Errorf("%s: write one JSON object per line, like {%q: \"...\"}", what, column)
-		}
-		raw, ok := obj[column]
-		if !ok {
-			return fmt.Errorf("no field %q (fields: %s): name the field that holds the text", column, quoteList(slices.Sorted(maps.Keys(obj))))
-		}
-		var text string
-		if err := json.Unmarshal(raw, &text); err != nil {
-			return fmt.Errorf("field %q is %s, not a string: the text must be a JSON string", column, jsonKind(raw))
-		}
-		if !isBlank(text) {
-			texts = append(texts, text)
-		}
-		return nil
-	})
-	return texts, err
-}
-
-// ParseCSV reads delimiter-separated values with a header row, fields separated by comma
-// (',' for CSV, '\t' for TSV) and quoted as RFC 4180 says (a field holding the delimiter, a
-// quote or a newline is quoted, and its quotes doubled). The texts are the column whose header
-// is column ("text" if column is empty); other columns are ignored; blank texts are skipped.
-// A header without that column is an error listing the columns it has; a row too short to
-// reach it, a quoting error or text that is not valid UTF-8 is an error naming its line.
-func ParseCSV(r io.Reader, comma rune, column string) ([]string, error) {
-	if column == "" {
-		column = DefaultColumn
-	}
-	cr := csv.NewReader(r)
-	cr.Comma = comma
-	cr.FieldsPerRecord = -1 // rows may be ragged; only the text column has to be there
-	cr.ReuseRecord = true
-	header, err := cr.Read()
-	if err == io.EOF {
-		return nil, errors.New("empty file: the first line must be a header row naming the columns")
-	}
+// readTexts reads the non-blank texts of r; errors name the line.
+func readTexts(r io.Reader, format dataset.Format, column string) ([]string, error) {
+	col := dataset.Column{Name: cmp.Or(column, "text"), Role: "text", Flag: "--column"}
+	records, _, err := dataset.Read(r, dataset.Options{Format: format, Columns: []dataset.Column{col}, Ragged: true})
 	if err != nil {
-		return nil, csvError(err)
-	}
-	header[0] = strings.TrimPrefix(header[0], bom)
-	col := slices.IndexFunc(header, func(h string) bool { return strings.TrimSpace(h) == column })
-	if col < 0 {
-		return nil, fmt.Errorf("no column %q in the header (columns: %s): name the column that holds the text", column, quoteList(header))
+		return nil, err
 	}
 	var texts []string
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			return texts, nil
-		}
-		if err != nil {
-			return nil, csvError(err)
-		}
-		if col >= len(rec) {
-			line, _ := cr.FieldPos(0)
-			return nil, fmt.Errorf("line %d: the row ends before column %q (field %d of the header): give every row a value for it", line, column, col+1)
-		}
-		text := rec[col]
-		if !utf8.ValidString(text) {
-			line, _ := cr.FieldPos(col)
-			return nil, fmt.Errorf("line %d: text is not valid UTF-8: convert the file to UTF-8", line)
-		}
-		if !isBlank(text) {
-			texts = append(texts, text)
+	for _, rec := range records {
+		if strings.TrimSpace(rec.Values[0]) != "" {
+			texts = append(texts, rec.Values[0])
 		}
 	}
-}
-
-// bom is the UTF-8 byte order mark that some editors and spreadsheets write at the start of
-// a file; it is not part of the first line's text or the first column's name.
-const bom = "\ufeff"
-
-// scanLines calls fn with each non-blank line of r, without its line ending, and adds the
-// line number to fn's error. It checks that lines are valid UTF-8 and at most MaxLine long.
-func scanLines(r io.Reader, fn func(line []byte) error) error {
-	sc := bufio.NewScanner(r)
-	// +2 leaves room for the \r\n after a line of MaxLine bytes.
-	sc.Buffer(make([]byte, 0, 64<<10), MaxLine+2)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Bytes()
-		if n == 1 {
-			line = bytes.TrimPrefix(line, []byte(bom))
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		if !utf8.Valid(line) {
-			return fmt.Errorf("line %d: not valid UTF-8: convert the file to UTF-8", n)
-		}
-		if err := fn(line); err != nil {
-			return fmt.Errorf("line %d: %w", n, err)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return fmt.Errorf("line %d: longer than %d bytes: split it, or shorten it", n+1, MaxLine)
-		}
-		return err
-	}
-	return nil
-}
-
-// csvError turns an encoding/csv error into one line that says what to do. ParseError
-// already names the line and column.
-func csvError(err error) error {
-	var pe *csv.ParseError
-	if errors.As(err, &pe) && (errors.Is(pe.Err, csv.ErrBareQuote) || errors.Is(pe.Err, csv.ErrQuote)) {
-		return fmt.Errorf("%w: quote a field that contains quotes, and double the quotes inside it (\"say \"\"hi\"\"\")", err)
-	}
-	return err
-}
-
-// isBlank reports whether s is empty or only white space.
-func isBlank(s string) bool {
-	return strings.TrimSpace(s) == ""
-}
-
-// quoteList formats names as a comma-separated list of quoted strings.
-func quoteList(names []string) string {
-	if len(names) == 0 {
-		return "none"
-	}
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = fmt.Sprintf("%q", n)
-	}
-	return strings.Join(q, ", ")
-}
-
-// jsonKind names the JSON type of a valid JSON value, for error messages.
-func jsonKind(raw []byte) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 'n':
-		return "null"
-	case 't', 'f':
-		return "a boolean"
-	default:
-		return "a number"
-	}
+	return texts, nil
 }

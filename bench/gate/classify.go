@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // ClassifyRun is what one version of a classifier produced on a dataset.
@@ -122,14 +124,14 @@ func Classify(ds *Dataset, base, cand ClassifyRun, b Budget, o Options) (*Report
 	r.checkDrop("accuracy")
 	if b.MinAgreement > 0 {
 		a := r.Comparison.Agreement
-		dec := decimals(100*a.Fraction, 100*b.MinAgreement, 1)
+		dec := report.Decimals(100*a.Fraction, 100*b.MinAgreement, 1)
 		pass := a.Fraction >= b.MinAgreement-slack
 		verb := "meets"
 		if !pass {
 			verb = "is below"
 		}
 		r.Verdict.add("agreement", pass, fmt.Sprintf("agreement %s (%d of %d predictions changed) %s the %s minimum",
-			percent(a.Fraction, dec), a.Changed, n, verb, percent(b.MinAgreement, dec)))
+			report.Percent(a.Fraction, dec), a.Changed, n, verb, report.Percent(b.MinAgreement, dec)))
 	}
 	r.Verdict.decide()
 	r.classifyNotes(ds, labels, bo, co)
@@ -344,7 +346,7 @@ func (r *Report) classifyNotes(ds *Dataset, labels []string, bo, co *classifyOut
 		}
 		if acc := *r.Baseline.Accuracy; acc <= chance {
 			r.Notes = append(r.Notes, fmt.Sprintf("The baseline's accuracy, %s, is no better than guessing with the label frequencies (%s): the dataset's labels probably do not match the model's classes, so check --label-map; a gate against a broken baseline proves nothing.",
-				percent(acc, 1), percent(chance, 1)))
+				report.Percent(acc, 1), report.Percent(chance, 1)))
 		}
 	}
 	for _, out := range []*classifyOutput{bo, co} {

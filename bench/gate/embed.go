@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // EmbedRun is what one version of an embedding model produced on a dataset.
@@ -98,17 +100,17 @@ func Embed(ds *Dataset, base, cand EmbedRun, b Budget, o Options) (*Report, erro
 		r.checkDrop("nearest-centroid accuracy")
 	}
 	if b.MinCosineMean > 0 {
-		dec := decimals(d.Mean, b.MinCosineMean, 3)
+		dec := report.Decimals(d.Mean, b.MinCosineMean, 3)
 		pass := d.Mean >= b.MinCosineMean-slack
 		r.Verdict.add("cosine_mean", pass, fmt.Sprintf("mean cosine %s %s the %s minimum",
-			signed(d.Mean, dec), meetsOrBelow(pass), signed(b.MinCosineMean, dec)))
+			report.Signed(d.Mean, dec), meetsOrBelow(pass), report.Signed(b.MinCosineMean, dec)))
 	}
 	if b.MinCosineP1 > 0 {
-		dec := decimals(d.P1, b.MinCosineP1, 3)
+		dec := report.Decimals(d.P1, b.MinCosineP1, 3)
 		pass := d.P1 >= b.MinCosineP1-slack
 		lowest := slices.Index(cos, d.Min)
 		r.Verdict.add("cosine_p1", pass, fmt.Sprintf("1st-percentile cosine %s %s the %s minimum (lowest %s, example %d)",
-			signed(d.P1, dec), meetsOrBelow(pass), signed(b.MinCosineP1, dec), signed(d.Min, dec), lowest))
+			report.Signed(d.P1, dec), meetsOrBelow(pass), report.Signed(b.MinCosineP1, dec), report.Signed(d.Min, dec), lowest))
 	}
 	r.Verdict.decide()
 	r.embedNotes(bv, cv, base, cand)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // Schema identifies the layout of a Report's JSON; it changes when a field's meaning does.
@@ -276,29 +278,29 @@ func (v *Verdict) decide() {
 // note, or a failure when the budget is strict.
 func (r *Report) checkDrop(what string) {
 	d, limit := r.Comparison.Drop, r.Budget.MaxDrop
-	dec := decimals(d.High, limit, 1)
+	dec := report.Decimals(d.High, limit, 1)
 	budget := strconv.FormatFloat(limit, 'f', dec, 64)
-	interval := fmt.Sprintf("%s%% CI %s … %s", confText(d.Confidence), signed(d.Low, dec), signed(d.High, dec))
+	interval := fmt.Sprintf("%s%% CI %s … %s", confText(d.Confidence), report.Signed(d.Low, dec), report.Signed(d.High, dec))
 	var pass bool
 	var detail string
 	switch {
 	case d.High <= limit+slack:
 		d.Outcome, pass = "within", true
-		detail = fmt.Sprintf("%s drop %s points (%s): the whole interval is within the %s-point budget", what, signed(d.Points, dec), interval, budget)
+		detail = fmt.Sprintf("%s drop %s points (%s): the whole interval is within the %s-point budget", what, report.Signed(d.Points, dec), interval, budget)
 	case d.Points > limit+slack:
 		d.Outcome = "over"
-		detail = fmt.Sprintf("%s drop %s points (%s) exceeds the %s-point budget", what, signed(d.Points, dec), interval, budget)
+		detail = fmt.Sprintf("%s drop %s points (%s) exceeds the %s-point budget", what, report.Signed(d.Points, dec), interval, budget)
 		if d.Low > limit+slack {
 			detail += ", beyond noise"
 		}
 	default:
 		d.Outcome, pass = "inconclusive", !r.Budget.Strict
-		detail = fmt.Sprintf("%s drop %s points is within the %s-point budget, but its interval (%s) reaches past it: inconclusive", what, signed(d.Points, dec), budget, interval)
+		detail = fmt.Sprintf("%s drop %s points is within the %s-point budget, but its interval (%s) reaches past it: inconclusive", what, report.Signed(d.Points, dec), budget, interval)
 		if r.Budget.Strict {
 			detail += ", and the budget is strict"
 		}
 		note := fmt.Sprintf("The data cannot show the %s drop is within the %s-point budget: its %s%% interval reaches %s points. More examples (or a larger budget) would settle it; --strict fails such a candidate",
-			what, budget, confText(d.Confidence), signed(d.High, dec))
+			what, budget, confText(d.Confidence), report.Signed(d.High, dec))
 		if step := 100 / float64(d.N); step > limit {
 			note += fmt.Sprintf(" (with %d examples one changed answer moves the %s by %s points)", d.N, what, strconv.FormatFloat(step, 'f', 1, 64))
 		}
@@ -429,33 +431,7 @@ func snippet(s string) string {
 	return string(r[:most-1]) + "…"
 }
 
-// decimals is how many decimals, from lo up to 4, tell v from limit apart in print, so that
-// a check never reads "1.0 exceeds 1.0".
-func decimals(v, limit float64, lo int) int {
-	for d := lo; d < 4; d++ {
-		if v == limit || strconv.FormatFloat(v, 'f', d, 64) != strconv.FormatFloat(limit, 'f', d, 64) {
-			return d
-		}
-	}
-	return 4
-}
-
-// signed formats v with dec decimals and a true minus sign; a value that rounds to zero has
-// none.
-func signed(v float64, dec int) string {
-	s := strconv.FormatFloat(v, 'f', dec, 64)
-	if strings.TrimLeft(s, "-0.") == "" {
-		return strings.TrimPrefix(s, "-")
-	}
-	return strings.Replace(s, "-", "−", 1)
-}
-
 // confText is a confidence as a percentage: 0.95 → "95".
 func confText(c float64) string {
 	return strconv.FormatFloat(math.Round(c*1e6)/1e4, 'f', -1, 64)
-}
-
-// percent formats a fraction as a percentage with dec decimals.
-func percent(f float64, dec int) string {
-	return strconv.FormatFloat(100*f, 'f', dec, 64) + "%"
 }

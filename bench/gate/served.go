@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // The gate's main comparison runs every version on the same fixed chunks, one at a time, so
@@ -193,4 +195,4 @@ func sci(x float64) string {
 }
 
 // cos6 formats a cosine with the digits that tell 0.9999 from 0.99999.
-func cos6(x float64) string { return signed(x, 6) }
+func cos6(x float64) string { return report.Signed(x, 6) }

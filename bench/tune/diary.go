@@ -8,10 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
+	"github.com/ortserve/ortserve/bench/report"
 )
 
 // The files a tuning run writes in its output folder, besides one bench report per
@@ -36,53 +38,48 @@ func WriteJSONL(w io.Writer, o *Outcome) error {
 // WriteMarkdown writes the diary as a Markdown page: what was asked, what was found, a
 // table of every experiment, and the notes (profile, levers not tried, why it stopped).
 func WriteMarkdown(w io.Writer, o *Outcome) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# `server tune`: %s\n\n", o.Model)
-	fmt.Fprintf(&b, "- **SLO:** %s\n", sloText(o.SLO))
-	fmt.Fprintf(&b, "- **Budget:** %v, used %v\n", time.Duration(o.BudgetS*float64(time.Second)), time.Duration(o.ElapsedS*float64(time.Second)).Round(time.Second))
+	p := report.NewPrinter(w)
+	p.Printf("# `server tune`: %s\n\n", report.Escape(o.Model))
+	p.Printf("- **SLO:** %s\n", sloText(o.SLO))
+	p.Printf("- **Budget:** %v, used %v\n", time.Duration(o.BudgetS*float64(time.Second)), time.Duration(o.ElapsedS*float64(time.Second)).Round(time.Second))
 	wl := o.Workload
-	fmt.Fprintf(&b, "- **Workload:** %s, %d texts, %d distinct (its own repeat ratio %.0f%%)\n", wl.Source, wl.Texts, wl.Distinct, 100*wl.Repeat)
+	p.Printf("- **Workload:** %s, %d texts, %d distinct (its own repeat ratio %.0f%%)\n", report.Escape(wl.Source), wl.Texts, wl.Distinct, 100*wl.Repeat)
 	if o.Load != "" {
-		fmt.Fprintf(&b, "- **Load per experiment:** %s\n", o.Load)
+		p.Printf("- **Load per experiment:** %s\n", report.Escape(o.Load))
 	}
-	fmt.Fprintf(&b, "- **Noise:** run-to-run SD of the best rate %.1f%%; a change is kept only when it gains over %.1f%% = max(2 × SD, floor), "+
+	p.Printf("- **Noise:** run-to-run SD of the best rate %.1f%%; a change is kept only when it gains over %.1f%% = max(2 × SD, floor), "+
 		"in its trial and again on repeat against the current best measured again\n", 100*o.SD, 100*o.Threshold)
-	fmt.Fprintf(&b, "- **Result:** baseline %.1f rps (mean of %d runs) → tuned %.1f rps (mean of %d runs), %+.0f%%\n", o.BaselineRate, o.BaselineRuns, o.BestRate, o.BestRuns, 100*gainOf(o))
+	p.Printf("- **Result:** baseline %.1f rps (mean of %d runs) → tuned %.1f rps (mean of %d runs), %+.0f%%\n", o.BaselineRate, o.BaselineRuns, o.BestRate, o.BestRuns, 100*gainOf(o))
 	for _, e := range o.Kept() {
-		fmt.Fprintf(&b, "  - kept #%d: %s %s → %s\n", e.N, e.Lever, e.From, e.Value)
+		p.Printf("  - kept #%d: %s %s → %s\n", e.N, report.Escape(string(e.Lever)), report.Escape(e.From), report.Escape(e.Value))
 	}
 	if o.Price > 0 && o.BestRate > 0 {
-		fmt.Fprintf(&b, "- **Cost:** $%.4f per million requests at the tuned rate (baseline $%.4f), at $%g per server-hour\n",
+		p.Printf("- **Cost:** $%.4f per million requests at the tuned rate (baseline $%.4f), at $%g per server-hour\n",
 			o.Price/(o.BestRate*3600)*1e6, o.Price/(max(o.BaselineRate, 1e-9)*3600)*1e6, o.Price)
 	}
-	fmt.Fprintf(&b, "- **Stopped:** %s\n\n", o.Stopped)
-	b.WriteString("Rates are the highest offered rate meeting the SLO; latency and throughput are at that rate.\n\n")
-	b.WriteString("| # | kind | lever | value | best rps | p50 ms | p95 ms | p99 ms | throughput rps | $/1M req | dominant | decision | why |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p.Printf("- **Stopped:** %s\n\n", report.Escape(o.Stopped))
+	p.Printf("Rates are the highest offered rate meeting the SLO; latency and throughput are at that rate.\n\n")
+	t := report.Table{Head: []string{"#", "kind", "lever", "value", "best rps", "p50 ms", "p95 ms", "p99 ms", "throughput rps", "$/1M req", "dominant", "decision", "why"}}
 	for _, e := range o.Entries {
 		if e.N == 0 {
 			continue
-		}
-		cost := "–"
-		if e.CostPerMillion > 0 {
-			cost = fmt.Sprintf("%.4f", e.CostPerMillion)
 		}
 		value := e.Value
 		if e.From != "" && e.From != e.Value {
 			value = e.From + " → " + e.Value
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			e.N, e.Kind, cell(string(e.Lever)), cell(value), e.Best, num(e.P50), num(e.P95), num(e.P99), num(e.Achieved), cost,
-			cell(e.Dominant), cell(e.Decision), cell(e.Why))
+		t.Rows = append(t.Rows, []string{strconv.Itoa(e.N), e.Kind, report.OrDash(string(e.Lever)), report.OrDash(value), report.Fixed(e.Best, 1),
+			report.FixedOrDash(e.P50, 1), report.FixedOrDash(e.P95, 1), report.FixedOrDash(e.P99, 1), report.FixedOrDash(e.Achieved, 1),
+			report.FixedOrDash(e.CostPerMillion, 4), report.OrDash(e.Dominant), report.OrDash(e.Decision), report.OrDash(e.Why)})
 	}
-	b.WriteString("\n## Notes\n\n")
+	p.Markdown(t)
+	p.Printf("\n## Notes\n\n")
 	for _, e := range o.Entries {
 		if e.N == 0 {
-			fmt.Fprintf(&b, "- %s\n", e.Why)
+			p.Printf("- %s\n", report.Escape(e.Why))
 		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return p.Err()
 }
 
 func gainOf(o *Outcome) float64 {
@@ -98,20 +95,6 @@ func sloText(s bench.SLO) string {
 		t += fmt.Sprintf(" at %.0f rps", s.RPS)
 	}
 	return t
-}
-
-func num(v float64) string {
-	if v == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func cell(s string) string {
-	if s == "" {
-		return "–"
-	}
-	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
 
 // PlotSVG draws p95 against achieved throughput: every step of every experiment, each
@@ -144,14 +127,14 @@ func PlotSVG(o *Outcome) string {
 			chosen.x, chosen.y = append(chosen.x, e.Achieved), append(chosen.y, e.P95)
 		}
 	}
-	out := []bench.ScatterSeries{{Name: steps.name, Colour: steps.colour, X: steps.x, Y: steps.y}}
+	out := []report.Series{{Name: steps.name, Colour: steps.colour, X: steps.x, Y: steps.y}}
 	for _, k := range []string{Baseline, Repeat, Reverted, Kept} {
 		s := by[k]
-		out = append(out, bench.ScatterSeries{Name: s.name, Colour: s.colour, X: s.x, Y: s.y})
+		out = append(out, report.Series{Name: s.name, Colour: s.colour, X: s.x, Y: s.y})
 	}
-	out = append(out, bench.ScatterSeries{Name: chosen.name, Colour: chosen.colour, X: chosen.x, Y: chosen.y, Ring: true})
+	out = append(out, report.Series{Name: chosen.name, Colour: chosen.colour, X: chosen.x, Y: chosen.y, Ring: true})
 	slo := float64(o.SLO.P95) / float64(time.Millisecond)
-	return bench.ScatterSVG(fmt.Sprintf("server tune %s: p95 against throughput, every experiment", o.Model),
+	return report.Scatter(fmt.Sprintf("server tune %s: p95 against throughput, every experiment", o.Model),
 		"achieved throughput (requests/s)", "p95 latency (ms)", out, slo, fmt.Sprintf("SLO p95 %g ms", slo))
 }
 

@@ -1,13 +1,12 @@
-package bench
+package report
 
 import (
 	"slices"
 	"strings"
 )
 
-// ScatterSeries is one set of points on a ScatterSVG chart, drawn alike and named once in
-// the legend.
-type ScatterSeries struct {
+// Series is one set of points on a Scatter chart, drawn alike and named once in the legend.
+type Series struct {
 	Name   string
 	Colour string // "": the palette's colour for the series' index
 	X, Y   []float64
@@ -16,11 +15,11 @@ type ScatterSeries struct {
 	Ring bool
 }
 
-// ScatterSVG draws series of points as one self-contained SVG document with the axes,
-// palette and SLO colour of bench's HTML charts: linear axes from zero (y logarithmic when
-// its values span more than 20×) and, when hline > 0, a dashed horizontal line there
-// labelled hlineLabel, in the SLO's colour. Points an axis cannot show are left out.
-func ScatterSVG(title, xLabel, yLabel string, series []ScatterSeries, hline float64, hlineLabel string) string {
+// Scatter draws series of points as one self-contained SVG document with the axes, palette
+// and SLO colour of the other charts: linear axes from zero (y logarithmic when its values
+// span more than 20×) and, when hline > 0, a dashed horizontal line there labelled
+// hlineLabel, in the SLO's colour. Points an axis cannot show are left out.
+func Scatter(title, xLabel, yLabel string, series []Series, hline float64, hlineLabel string) string {
 	var xs, ys []float64
 	for _, s := range series {
 		n := min(len(s.X), len(s.Y))
@@ -31,19 +30,19 @@ func ScatterSVG(title, xLabel, yLabel string, series []ScatterSeries, hline floa
 	}
 	var pos []float64
 	for _, y := range ys {
-		if isFiniteNum(y) && y > 0 {
+		if Finite(y) && y > 0 {
 			pos = append(pos, y)
 		}
 	}
 	logY := len(pos) > 0 && slices.Max(pos)/slices.Min(pos) > 20
-	p := newSVGPlot(title, 760, 420, newSVGAxis(xLabel, xs, false, true), newSVGAxis(yLabel, ys, logY, true))
+	p := NewPlot(title, 760, 420, NewAxis(xLabel, xs, false, true), NewAxis(yLabel, ys, logY, true))
 	if hline > 0 {
-		p.hline(hline, svgSLOColour, "8 4", hlineLabel)
+		p.HLine(hline, SLOColour, SLODash, hlineLabel)
 	}
 	for i, s := range series {
 		colour := s.Colour
 		if colour == "" {
-			colour = svgColour(i)
+			colour = Colour(i)
 		}
 		for _, pt := range p.points(s.X, s.Y) {
 			if s.Ring {
@@ -54,11 +53,11 @@ func ScatterSVG(title, xLabel, yLabel string, series []ScatterSeries, hline floa
 			}
 		}
 		if strings.TrimSpace(s.Name) != "" {
-			p.addLegend(s.Name, colour, "")
+			p.Legend(s.Name, colour, "")
 		}
 	}
 	if hline > 0 {
-		p.addLegend(hlineLabel, svgSLOColour, "8 4")
+		p.Legend(hlineLabel, SLOColour, SLODash)
 	}
-	return p.svg() + "\n"
+	return p.SVG() + "\n"
 }
