@@ -61,7 +61,7 @@ cp "$PACK"/{libonnxruntime.so.1.xz,libonnxruntime_providers_cuda.so.xz,libonnxru
 
 # The server, stripped (-s -w: 28 MB instead of 38) and xz'd (~8 MB); the host has no Go.
 log "building the server (stripped) and compressing it"
-(cd "$ROOT" && "$GO" build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$W/server" ./cmd/server)
+(cd "$ROOT" && "$GO" build -tags ort -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$W/server" ./cmd/server)
 (cd "$W" && sha256sum server) > "$DEST/server.sha256"
 xz -9 -T2 -c "$W/server" > "$DEST/server.xz"
 GLIBC=$(objdump -T "$W/server" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 || true)

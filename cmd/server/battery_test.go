@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -555,6 +557,7 @@ func batteryRepo(t testing.TB) string {
 // TestBattery sends every bad request of the table to one real server: each gets its 4xx, as
 // JSON in its route's API shape, and the server answers a good request after them all.
 func TestBattery(t *testing.T) {
+	t.Parallel()
 	url := startServer(t, "--models", batteryRepo(t), "--sessions", "1",
 		"--max-inputs", fmt.Sprint(batteryMaxInputs), "--max-body-bytes", fmt.Sprint(batteryMaxBody))
 	client := &http.Client{Timeout: 30 * time.Second}

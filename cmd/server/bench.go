@@ -462,33 +462,24 @@ func splitList(s string) []string {
 func serveSelf(ctx context.Context, c serveConfig, env *ort.Env) (string, <-chan struct{}, error) {
 	c.Addr = "127.0.0.1:0"
 	c.Reload = 0
-	pr, pw := io.Pipe()
+	addrc := make(chan string, 1)
+	c.ready = func(addr string) { addrc <- addr }
 	done := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
 		defer close(done)
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		err := serve(ctx, c, env, log, pw)
-		pw.CloseWithError(err) // nil: the reader sees EOF
-		errc <- err
+		errc <- serve(ctx, c, env, log, io.Discard)
 	}()
-	// serve prints "ortserve <version> listening on http://ADDR" once it is ready.
-	var line []byte
-	buf := make([]byte, 256)
-	for !strings.Contains(string(line), "\n") {
-		n, err := pr.Read(buf)
-		line = append(line, buf[:n]...)
+	select {
+	case addr := <-addrc:
+		return addr, done, nil
+	case err := <-errc:
 		if err != nil {
-			<-done
-			if serr := <-errc; serr != nil {
-				return "", nil, fmt.Errorf("--self: %w", serr)
-			}
-			return "", nil, fmt.Errorf("--self: the server stopped before it listened")
+			return "", nil, fmt.Errorf("--self: %w", err)
 		}
+		return "", nil, errors.New("--self: the server stopped before it listened")
 	}
-	go io.Copy(io.Discard, pr)
-	_, addr, _ := strings.Cut(strings.TrimSpace(string(line)), "http://")
-	return addr, done, nil
 }
 
 // write prints the report and writes the files asked for.

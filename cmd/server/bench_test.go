@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -76,6 +78,7 @@ func oneLine(t *testing.T, stderr string) string {
 // it, the offline measurement, an SLO search over two versions with their steps
 // interleaved, and all three report files.
 func TestBenchSelf(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	jsonPath, htmlPath, mdPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html"), filepath.Join(dir, "r.md")
 	// --self reads serve's settings from the environment, as serve does: a one-model
@@ -166,6 +169,7 @@ func TestBenchSelf(t *testing.T) {
 // raw ONNX Runtime limit of two versions at the batch sizes asked for, with no server started
 // or contacted, reported as a table and as report files whose versions have no steps.
 func TestBenchOfflineOnly(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	jsonPath, mdPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.md"), filepath.Join(dir, "r.html")
 	code, stdout, stderr := benchChild(t, []string{"ORTSERVE_MODELS=" + minilmOnly(t)},
@@ -231,6 +235,7 @@ func TestBenchOfflineOnly(t *testing.T) {
 // `server bench --offline` finds a model as serve does: by its model.yaml's name, whatever
 // its folder is called.
 func TestBenchOfflineFolderNamedOtherwise(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	if err := os.Symlink(filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm"), filepath.Join(root, "renamed")); err != nil {
 		t.Fatal(err)
@@ -246,6 +251,7 @@ func TestBenchOfflineFolderNamedOtherwise(t *testing.T) {
 // on each route an embedder answers; the failure row sends requests the model cannot serve,
 // and bench must count them as errors rather than report a fast server.
 func TestBenchURL(t *testing.T) {
+	t.Parallel()
 	url := startServer(t, "--models", minilmOnly(t))
 	tests := []struct {
 		name   string
@@ -308,6 +314,7 @@ func TestBenchURL(t *testing.T) {
 // TestBenchCompare compares a real report with a copy whose p95 doubled, and refuses files
 // that are not reports of this schema.
 func TestBenchCompare(t *testing.T) {
+	t.Parallel()
 	url := startServer(t, "--models", minilmOnly(t))
 	dir := t.TempDir()
 	before, after := filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
@@ -394,6 +401,7 @@ func writeReport(t *testing.T, path string, r *bench.Report) {
 // TestBenchUsage: every invocation that cannot work fails before any load with exit code 2
 // and one line that names what to fix. Rows that need /info run against a real server.
 func TestBenchUsage(t *testing.T) {
+	t.Parallel()
 	url := startServer(t, "--models", minilmOnly(t))
 	tests := []struct {
 		name string
@@ -463,6 +471,7 @@ func TestBenchUnreachable(t *testing.T) {
 
 // Two servers (two configs, say) compared in one run: each labelled, steps interleaved.
 func TestBenchTwoServers(t *testing.T) {
+	t.Parallel()
 	a := startServer(t, "--models", minilmOnly(t))
 	b := startServer(t, "--models", minilmOnly(t), "--max-batch", "4")
 	path := filepath.Join(t.TempDir(), "r.json")

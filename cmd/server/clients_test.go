@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -98,7 +100,8 @@ type tritonMetadata struct {
 // for the outputs in the binary tensor data extension, and with binary_data=False (JSON);
 // its answers must be /embed's and /predict's.
 func TestTritonClient(t *testing.T) {
-	url := startServer(t)
+	t.Parallel()
+	url := sharedServer(t)
 	var texts []string
 	readGolden(t, "texts.json", &texts)
 	texts = texts[:8] // a batch, within --max-inputs; includes the empty and blank strings
@@ -218,10 +221,11 @@ func sizes(ps []*int) []any {
 // to the URL itself, against a server with make run's models: feature_extraction reaches the
 // embedder and text_classification the classifier, each by the shape of its body.
 func TestHuggingFaceHubClient(t *testing.T) {
+	t.Parallel()
 	var texts []string
 	readGolden(t, "texts.json", &texts)
 	texts = texts[:8]
-	url := startServer(t)
+	url := sharedServer(t)
 
 	t.Run("feature_extraction", func(t *testing.T) {
 		var ref, raw [][]float32

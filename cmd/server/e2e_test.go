@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -51,7 +53,8 @@ const (
 // TestServeEndToEnd runs the real server on the real models and checks its answers
 // against the Python reference.
 func TestServeEndToEnd(t *testing.T) {
-	url := startServer(t)
+	t.Parallel()
+	url := sharedServer(t)
 	var texts []string
 	readGolden(t, "texts.json", &texts)
 

@@ -14,13 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ortserve/ortserve/bench/gate"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
-	"github.com/ortserve/ortserve/server"
 	"github.com/ortserve/ortserve/tokenize"
 )
 
@@ -288,15 +285,11 @@ func runGateJob(ctx context.Context, j *gateJob, env *ort.Env, stdout, stderr io
 		logLevel = slog.LevelError
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
-	device, _ := ort.ParseDevice(j.serve.Device)
-	provider, why, err := env.Resolve(device, j.serve.DeviceID)
+	provider, _, err := resolveDevice(env, j.serve, log, "gating")
 	if err != nil {
-		return fmt.Errorf("--device %s: %w: run with --device auto or cpu, or check the GPU and CUDA 13 / cuDNN 9 libraries", j.serve.Device, err)
+		return err
 	}
-	if why != "" {
-		log.Warn("CUDA unavailable, gating on CPU", "reason", why)
-	}
-	b := newBackend(env, j.serve, provider, server.NewMetrics(prometheus.NewRegistry()))
+	b := newBackend(env, j.serve, provider, nil)
 
 	// The versions: the baseline and explicit candidates must run here; the others are
 	// skipped with a note (an fp16 that is CUDA-only, on a CPU).

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -100,6 +102,7 @@ func linkTree(t *testing.T, src, dst string) string {
 }
 
 func TestServeHFLayouts(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "layouts")
 	embedders := minilmLayouts(t, root)
 	repo := minilmOnly(t)

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -259,6 +261,7 @@ func sameEmbeddings(t *testing.T, what string, got, want [][]float32, min float6
 // save, the same in the hub cache, and the first pinned with `models init`'s output — answer
 // as minilm's model.yaml does.
 func TestServeHFFolders(t *testing.T) {
+	t.Parallel()
 	files := minilmFiles(t)
 	st := writeFiles(t, filepath.Join(t.TempDir(), "all-MiniLM-L6-v2"), files)
 	hub := hubCacheOf(t, filepath.Join(t.TempDir(), "models--sentence-transformers--all-MiniLM-L6-v2"), files)
@@ -307,10 +310,11 @@ func TestServeHFFolders(t *testing.T) {
 // A Hugging Face folder whose graph cannot be read for sure stops start-up with one line
 // naming the key that settles it.
 func TestServeHFFolderRefused(t *testing.T) {
+	t.Parallel()
 	files := minilmFiles(t)
 	files["modules.json"] = strings.Replace(files["modules.json"], "Normalize", "Dense", 2)
 	dir := writeFiles(t, filepath.Join(t.TempDir(), "dense"), files)
-	code, log := serveChild(t, "", "--device", "cpu", "--model", dir)
+	code, log := serveChild(t, "", "--device", "cpu", "--models", "", "--model", dir)
 	if want := "server: models: " + dir + ": modules.json has Dense (2_Dense) after pooling, which ortserve does not run, and onnx/model.onnx has no sentence_embedding output"; code != 1 || !strings.HasPrefix(lastLine(log), want) {
 		t.Errorf("exit %d, last line %q; want 1, %q", code, lastLine(log), want)
 	}

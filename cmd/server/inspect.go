@@ -191,11 +191,11 @@ type fileReport struct {
 // end.
 func inspect(ctx context.Context, c inspectConfig, targets []inspectTarget, env *ort.Env, stdout io.Writer) error {
 	r := inspectReport{ORTVersion: env.Version(), Device: c.serve.Device}
-	device, _ := ort.ParseDevice(c.serve.Device)
-	if device == ort.DeviceCUDA {
-		device = ort.DeviceAuto // inspect says where nodes would go; without CUDA, that is CPU
+	sc := c.serve
+	if sc.Device == string(ort.DeviceCUDA) {
+		sc.Device = string(ort.DeviceAuto) // inspect says where nodes would go; without CUDA, that is CPU
 	}
-	provider, why, err := env.Resolve(device, c.serve.DeviceID)
+	provider, why, err := resolveDevice(env, sc, nil, "")
 	if err != nil {
 		return err
 	}

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -53,6 +55,7 @@ func TestInspectModelText(t *testing.T) {
 }
 
 func TestInspectModelJSON(t *testing.T) {
+	t.Parallel()
 	out, err := runInspectHere(t, "--json", "--device", "cpu", "minilm")
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +138,7 @@ func TestInspectUsage(t *testing.T) {
 
 // The command as a user runs it: its own ONNX Runtime environment, so a child process.
 func TestInspectCommand(t *testing.T) {
+	t.Parallel()
 	junk := filepath.Join(t.TempDir(), "junk.onnx")
 	os.WriteFile(junk, []byte("not a model"), 0o644)
 	tests := []struct {

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -13,7 +15,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +42,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if shared.stop != nil {
+		if err := shared.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "shared server shutdown:", err)
+			code = 1
+		}
+	}
 	testEnv.Close()
 	os.Exit(code)
 }
@@ -113,11 +123,12 @@ func lastLine(s string) string {
 }
 
 func TestDeviceSelection(t *testing.T) {
+	t.Parallel()
 	code, log := serveChild(t, "", "--device", "cuda")
 	if code != 1 || !strings.HasPrefix(lastLine(log), "server: --device cuda: ort: CUDA execution provider unavailable") {
 		t.Errorf("--device cuda without a GPU: exit %d, last line %q", code, lastLine(log))
 	}
-	code, log = serveChild(t, "msg=serving", "--device", "auto")
+	code, log = serveChild(t, "msg=serving", "--device", "auto", "--models", versionRepo(t, "minilm", "int8"))
 	if code != -1 || !strings.Contains(log, "CUDA unavailable, serving on CPU") || !strings.Contains(log, "provider=CPUExecutionProvider") {
 		t.Errorf("--device auto: exit %d, log:\n%s", code, log)
 	}
@@ -125,6 +136,7 @@ func TestDeviceSelection(t *testing.T) {
 
 // A broken model repository stops start-up with one clear line and exit code 1.
 func TestStartupFailures(t *testing.T) {
+	t.Parallel()
 	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
 	cfg, err := os.ReadFile(filepath.Join(src, "model.yaml"))
 	if err != nil {
@@ -201,29 +213,95 @@ func TestStartupFailures(t *testing.T) {
 // test ends; it returns the base URL.
 func startServer(t testing.TB, args ...string) string {
 	t.Helper()
-	c, err := parseServe(append([]string{"--addr", "127.0.0.1:0", "--device", "cpu"}, args...), io.Discard)
+	url, stop, err := launch(args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, c, testEnv, slog.New(slog.DiscardHandler), pw)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("server did not start: %v", <-done)
-	}
-	go io.Copy(io.Discard, pr)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("server shutdown: %v", err)
 		}
 	})
-	return strings.TrimSpace(line[strings.Index(line, "http://"):])
+	return url
+}
+
+// launch starts `server serve` in this process on a free port, with one session per version
+// unless args ask for more (opening sessions is most of a start-up's time); stop shuts it down.
+func launch(args ...string) (url string, stop func() error, err error) {
+	c, err := parseServe(append([]string{"--addr", "127.0.0.1:0", "--device", "cpu", "--sessions", "1"}, args...), io.Discard)
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	c.ready = func(addr string) { addrc <- addr }
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, testEnv, slog.New(slog.DiscardHandler), io.Discard) }()
+	select {
+	case addr := <-addrc:
+		return "http://" + addr, func() error { cancel(); return <-done }, nil
+	case err := <-done:
+		cancel()
+		return "", nil, fmt.Errorf("server did not start: %v", err)
+	}
+}
+
+// shared is one in-process server of the whole built repository, make run's, started by
+// the first test that asks for it (sharedServer) and stopped by TestMain after every test.
+var shared struct {
+	once sync.Once
+	url  string
+	stop func() error
+	err  error
+}
+
+// sharedServer returns the shared server's URL. Tests that only send requests to make run's
+// models use it, and may run in parallel: none of them changes the server.
+func sharedServer(t testing.TB) string {
+	t.Helper()
+	shared.once.Do(func() { shared.url, shared.stop, shared.err = launch() })
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.url
+}
+
+// versionRepo is a repository of one model of the built repository, with only the versions
+// named (its default the first), for tests that need a server but not every version.
+func versionRepo(t testing.TB, model string, versions ...string) string {
+	t.Helper()
+	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), model)
+	cfg, err := os.ReadFile(filepath.Join(src, "model.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml, _, ok := strings.Cut(string(cfg), "versions:")
+	if !ok {
+		t.Fatalf("%s/model.yaml has no versions", src)
+	}
+	yaml = regexp.MustCompile(`(?m)^default_version: .*$`).ReplaceAllString(yaml, "default_version: "+versions[0]) + "versions:\n"
+	root := t.TempDir()
+	dir := filepath.Join(root, model)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	links := []string{"tokenizer.json"}
+	for _, v := range versions {
+		yaml += fmt.Sprintf("  %s: {file: %s.onnx}\n", v, v)
+		links = append(links, v+".onnx")
+	}
+	if head := filepath.Join(src, "head.json"); fileExists(head) {
+		links = append(links, "head.json")
+	}
+	for _, f := range links {
+		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
 
 // postRaw posts body as JSON and returns the response with its whole body read.

@@ -280,8 +280,7 @@ func (c *benchConfig) runOffline(ctx context.Context, env *ort.Env, sc serveConf
 // offline measures each target version's raw session throughput, before any load, with
 // the sessions and threads serve gives it.
 func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload) error {
-	device, _ := ort.ParseDevice(sc.Device)
-	provider, _, err := env.Resolve(device, sc.DeviceID)
+	provider, _, err := resolveDevice(env, sc, nil, "")
 	if err != nil {
 		return err
 	}

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -26,6 +28,7 @@ func offlineBackend(t *testing.T) *backend {
 }
 
 func TestOfflineLimit(t *testing.T) {
+	t.Parallel()
 	be := offlineBackend(t)
 	for _, tt := range []struct{ model, version string }{
 		{"minilm", "fp32"},

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 // decodes the bytes itself). The client runs in the small venv `make clients` builds
 // (scripts/clients.sh), which `make test` names in ORTSERVE_CLIENTS_VENV.
 func TestOpenAIPythonClient(t *testing.T) {
+	t.Parallel()
 	python := clientsPython(t)
 	url := startServer(t, "--models", minilmOnly(t))
 	var texts []string

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 // reload sees it (TEI, OpenAI, KServe, /info, KServe metadata, the provider metric), and a
 // model folder removed while the server runs stops being served by every API.
 func TestReloadAddsAndRemovesOnEveryAPI(t *testing.T) {
+	t.Parallel()
 	root, dir := int8Repo(t)
 	cfg := minilmYAML
 	url := startServer(t, "--models", root, "--reload-interval", "50ms", "--sessions", "1")

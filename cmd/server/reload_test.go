@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 // without errors; a good reload then swaps in the new one, also without errors, while
 // requests keep coming.
 func TestHotReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "sentiment")
 	root := t.TempDir()
 	dir := filepath.Join(root, "sentiment")

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -75,6 +77,7 @@ type rank struct {
 // both routes, scores equal to the torch reference's, and pairs tokenized as HF tokenizers
 // does.
 func TestRerankEndToEnd(t *testing.T) {
+	t.Parallel()
 	url := startServer(t, "--models", rerankerAndSentiment(t))
 	const query = "What is the capital of France?"
 	passages := []string{

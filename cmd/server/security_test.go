@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 // gets 401 (but the exempt health routes); /metrics has the Go and process collectors; /info
 // names no absolute path, not even in a reload error.
 func TestAPIKeyAndInfoOnRealServer(t *testing.T) {
+	t.Parallel()
 	root, dir := int8Repo(t)
 	good := string(minilmYAML("  int8: {file: int8.onnx}\n"))
 	keys := filepath.Join(t.TempDir(), "keys")

@@ -51,6 +51,10 @@ type serveConfig struct {
 	Conn       connConfig
 	// APIKeyFile holds API keys, one a line, added to HTTP.APIKeys at validation.
 	APIKeyFile string
+
+	// ready, when set, is told the address serve listens on once it serves: how bench --self
+	// and the tests learn a server's port, rather than from the line serve prints.
+	ready func(addr string)
 }
 
 // cacheDir is where `make` puts native libraries and models.
@@ -139,20 +143,16 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 // serve serves until ctx ends, on an ONNX Runtime environment the caller owns (one per
 // process). It prints the listening address to stdout once ready.
 func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, stdout io.Writer) error {
-	device, _ := ort.ParseDevice(c.Device)
-	provider, why, err := env.Resolve(device, c.DeviceID)
+	provider, why, err := resolveDevice(env, c, log, "serving")
 	if err != nil {
-		return fmt.Errorf("--device %s: %w: run with --device auto or cpu, or check the GPU and CUDA 13 / cuDNN 9 libraries", c.Device, err)
-	}
-	if why != "" {
-		log.Warn("CUDA unavailable, serving on CPU", "reason", why)
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	// The Go runtime's and the process's own metrics (go_goroutines, process_resident_memory_bytes...):
 	// what a soak watches for leaks (soak_test.go).
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := server.NewMetrics(reg)
-	b := newBackend(env, c, provider, metrics)
+	b := newBackend(env, c, provider, metrics.Observer)
 	b.log = log // placement per version at load (inspect.go)
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
 	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
@@ -189,6 +189,9 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	srv.SetReady(true)
 	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models, "model", c.Model)
 	fmt.Fprintf(stdout, "ortserve %s listening on http://%s\n", version, ln.Addr())
+	if c.ready != nil {
+		c.ready(ln.Addr().String())
+	}
 
 	select {
 	case err := <-front.served:
@@ -208,12 +211,36 @@ type backend struct {
 	sessions int
 	threads  int
 	batch    runtime.BatchConfig
-	metrics  *server.Metrics
+	observe  func(model, version string) runtime.Observer
 	log      *slog.Logger // nil: no placement log line per version
 }
 
-func newBackend(env *ort.Env, c serveConfig, p ort.Provider, m *server.Metrics) *backend {
-	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, batch: c.Batch, metrics: m}
+// resolveDevice is the one place a command turns serve's --device into the execution
+// provider its sessions get. For auto without a working CUDA it is CPU, and why is logged
+// ("CUDA unavailable, serving on CPU", doing naming the command's work) and returned.
+func resolveDevice(env *ort.Env, c serveConfig, log *slog.Logger, doing string) (p ort.Provider, why string, err error) {
+	device, err := ort.ParseDevice(c.Device)
+	if err != nil {
+		return "", "", err
+	}
+	p, why, err = env.Resolve(device, c.DeviceID)
+	if err != nil {
+		return "", "", fmt.Errorf("--device %s: %w: run with --device auto or cpu, or check the GPU and CUDA 13 / cuDNN 9 libraries", c.Device, err)
+	}
+	if why != "" && log != nil {
+		log.Warn("CUDA unavailable, "+doing+" on CPU", "reason", why)
+	}
+	return p, why, nil
+}
+
+// newBackend is the one way a command builds the backend its versions load on: serve's
+// sessions, threads and batching on provider p. observe gives each version's batcher its
+// observer (the server's metrics); nil observes nothing.
+func newBackend(env *ort.Env, c serveConfig, p ort.Provider, observe func(model, version string) runtime.Observer) *backend {
+	if observe == nil {
+		observe = func(string, string) runtime.Observer { return runtime.NopObserver{} }
+	}
+	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, batch: c.Batch, observe: observe}
 	if p == ort.ProviderCPU {
 		// Measured on a 2-core machine: several single-thread sessions beat one session with
 		// many threads, and a multi-thread session shared by goroutines oversubscribes.
@@ -262,7 +289,7 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 		pool.Close()
 		return nil, err
 	}
-	var obs runtime.Observer = b.metrics.Observer(spec.Model, spec.Version)
+	obs := b.observe(spec.Model, spec.Version)
 	if b.log != nil {
 		obs = &logControl{Observer: obs, log: b.log.With("model", spec.Model, "version", spec.Version)}
 	}
@@ -343,29 +370,49 @@ func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) 
 }
 
 // openSessions opens n sessions of the ONNX file at path reading output, and warms them up;
-// on any failure it closes the ones it opened.
+// on any failure it closes the ones it opened. The sessions are opened and warmed up side by
+// side: each is one graph to load and optimize, mostly on one thread, so on a machine with
+// the cores a version with n sessions starts about as fast as one with a single session.
 func (b *backend) openSessions(path, output string, n int) ([]runtime.Session, error) {
 	o := b.opts
 	o.Output = output
-	sessions := make([]runtime.Session, 0, n)
-	closeAll := func() {
+	sessions := make([]runtime.Session, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			s, err := b.env.NewSession(path, o)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			sessions[i] = s
+			if err := warmUp(s); err != nil {
+				errs[i] = fmt.Errorf("warm-up: %w", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := firstErr(errs); err != nil {
 		for _, s := range sessions {
-			s.Close()
+			if s != nil {
+				s.Close()
+			}
 		}
-	}
-	for range n {
-		s, err := b.env.NewSession(path, o)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		sessions = append(sessions, s)
-	}
-	if err := warmUp(sessions); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("warm-up: %w", err)
+		return nil, err
 	}
 	return sessions, nil
+}
+
+// firstErr is the first error of errs that is not nil: the sessions of one file fail alike,
+// and one line says why.
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // warmUpShapes are the batch × sequence shapes every session runs once before its version
@@ -387,14 +434,11 @@ func syntheticBatch(rows, cols int) tokenize.Batch {
 	return tokenize.Pad(encs)
 }
 
-// warmUp runs every session on warmUpShapes.
-func warmUp(sessions []runtime.Session) error {
+// warmUp runs a session on warmUpShapes.
+func warmUp(s runtime.Session) error {
 	for _, sh := range warmUpShapes {
-		b := syntheticBatch(sh[0], sh[1])
-		for _, s := range sessions {
-			if _, err := s.Run(context.Background(), b); err != nil {
-				return err
-			}
+		if _, err := s.Run(context.Background(), syntheticBatch(sh[0], sh[1])); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -8,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,8 @@ import (
 // SIGTERM while requests are in flight: every request the server admitted gets its full
 // answer, and the process exits 0.
 func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "serve", "--addr", "127.0.0.1:0", "--device", "cpu", "--grace", "60s")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "serve", "--addr", "127.0.0.1:0", "--device", "cpu", "--grace", "60s",
+		"--models", versionRepo(t, "minilm", "fp32"), "--sessions", "1")
 	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -80,28 +82,6 @@ func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	t.Logf("%d requests in flight at SIGTERM all answered", ok)
 }
 
-// minilmFP32 is a model repository of MiniLM's fp32 version alone: a child starts in a
-// fraction of the time the whole repository takes.
-func minilmFP32(t *testing.T) string {
-	t.Helper()
-	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
-	dir := filepath.Join(t.TempDir(), "minilm")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"tokenizer.json", "fp32.onnx"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	yaml := "name: minilm\ntask: embed\ntokenizer: tokenizer.json\nmax_length: 256\npooling: mean\nnormalize: true\n" +
-		"output: last_hidden_state\ndefault_version: fp32\nversions:\n  fp32: {file: fp32.onnx}\n"
-	if err := os.WriteFile(filepath.Join(dir, "model.yaml"), []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(dir)
-}
-
 // raceExitsAtOnce makes a child built with -race exit without the race detector's second
 // of sleep at exit (GORACE atexit_sleep_ms, 1000 by default), which would count in the time
 // from SIGTERM to exit that a test measures.
@@ -126,7 +106,7 @@ func TestSIGTERMAnswersTheQueueWithinGrace(t *testing.T) {
 	raceExitsAtOnce(t)
 	// One session of one thread, one text per batch: each request is a batch of its own,
 	// tens of milliseconds of CPU, so that 150 of them queue for seconds.
-	c := startChild(t, "--models", minilmFP32(t), "--device", "cpu", "--sessions", "1", "--threads", "1", "--max-batch", "1",
+	c := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--sessions", "1", "--threads", "1", "--max-batch", "1",
 		"--grace", grace.String(), "--reload-interval", "0s")
 	body := `{"inputs": ["` + strings.Repeat("a long text keeps the only session busy for a while ", 20) + `"]}`
 
@@ -203,7 +183,7 @@ func TestSIGTERMAnswersTheQueueWithinGrace(t *testing.T) {
 func TestDrainDelayKeepsServing(t *testing.T) {
 	const drain, grace = 1500 * time.Millisecond, 3 * time.Second
 	raceExitsAtOnce(t)
-	c := startChild(t, "--models", minilmFP32(t), "--device", "cpu", "--drain-delay", drain.String(), "--grace", grace.String(), "--reload-interval", "0s")
+	c := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--drain-delay", drain.String(), "--grace", grace.String(), "--reload-interval", "0s")
 	get := func(path string) (int, error) {
 		resp, err := oneShot().Get(c.url + path)
 		if err != nil {

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -21,7 +23,7 @@ import (
 // normal requests would get 429.
 func TestSlowClientsDoNotStarveOthers(t *testing.T) {
 	const slow, samples = 200, 60
-	c := startChild(t, "--models", minilmFP32(t), "--device", "cpu", "--max-in-flight", "64", "--reload-interval", "0s")
+	c := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--max-in-flight", "64", "--reload-interval", "0s")
 	client := &http.Client{Timeout: 10 * time.Second}
 	p95 := func(phase string) time.Duration {
 		t.Helper()

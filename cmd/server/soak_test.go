@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -62,6 +64,7 @@ func soakMix() []soakRequest {
 }
 
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	d, rate := soakDefault, float64(soakRate)
 	if s := os.Getenv("ORTSERVE_SOAK"); s != "" {
 		var err error

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -53,7 +55,8 @@ func (v *invariance) add(task models.Task, alone, batched []float32) {
 // request's rows are batched, on one padded batch run on a session directly. Dynamic int8,
 // which scales its activations per batch, is the control: on that same batch it moves further.
 func TestStaticInt8BatchInvariant(t *testing.T) {
-	url := startServer(t)
+	t.Parallel()
+	url := sharedServer(t)
 	for _, tc := range []struct {
 		model string
 		task  models.Task

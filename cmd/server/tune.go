@@ -196,10 +196,9 @@ func runTune(ctx context.Context, args []string, stdout io.Writer) error {
 // run tunes on env and writes the outputs.
 func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout, stderr io.Writer) error {
 	f, sc := &j.f, j.serve
-	device, _ := ort.ParseDevice(sc.Device)
-	provider, _, err := env.Resolve(device, sc.DeviceID)
+	provider, _, err := resolveDevice(env, sc, nil, "")
 	if err != nil {
-		return fmt.Errorf("--device %s: %w", sc.Device, err)
+		return err
 	}
 	b := newBackend(env, sc, provider, nil)
 	base := tune.Config{

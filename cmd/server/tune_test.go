@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package main
 
 import (
@@ -42,6 +44,7 @@ func tuneGateReport(t *testing.T, candidate string, pass bool) string {
 // environment: offline batch cost, baseline twice, trials until the budget, and the outputs.
 // tuned.yaml must load as serve's config and serve.
 func TestTune(t *testing.T) {
+	// Not parallel: tune measures the server, and other tests' load would be its noise.
 	out := filepath.Join(t.TempDir(), "tune-out")
 	const budget = 30 * time.Second
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -145,6 +148,7 @@ func tuneServes(t *testing.T, c serveConfig, want, want2 string) {
 // A kept version or cache goes into a repository of links beside tuned.yaml; the config
 // still loads unchanged, and serves the tuned version by default.
 func TestTuneConfigWithVersion(t *testing.T) {
+	t.Parallel()
 	out := t.TempDir()
 	sc := defaultServeConfig()
 	sc.Models = sentimentOnly(t)

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 // Package hf is the HuggingFace tokenizer binding: a tokenizer.json read through
 // github.com/daulet/tokenizers (Rust, via cgo). It is one of the two places with cgo.
 package hf

@@ -1,3 +1,5 @@
+//go:build cgo && ort
+
 package hf_test
 
 import (
