@@ -48,6 +48,7 @@ type benchConfig struct {
 	Markdown    string
 	HTML        string
 	Quiet       bool
+	PlanHelm    bool // print Helm values sized from the report (writePlanHelm)
 	Opts        bench.Options
 
 	// OfflineBatches are the batch sizes --offline measures, as given; batches holds them
@@ -93,10 +94,11 @@ func benchFlags(c *benchConfig) *flag.FlagSet {
 	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
 	fs.StringVar(&c.HTML, "html", "", "write the report as one HTML file with SVG plots")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar")
+	fs.BoolVar(&c.PlanHelm, "plan-helm", false, "after the report, print Helm values for deploy/ sized for the SLO's rps (server plan simulates them)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: server bench [flags]            measure a server (or --self)
        server bench compare A.json B.json  before/after deltas of two reports
-       server bench report [--md F] [--html F] A.json   the views of a saved report
+       server bench report [--md F] [--html F] [--plan-helm] A.json   the views of a saved report
 
 Finds the latency/throughput operating point: open-loop load (latency from the intended send
 time), model versions compared side by side with their steps interleaved, against an SLO.
@@ -252,6 +254,9 @@ func (c *benchConfig) parse() error {
 		if o.SLO, err = bench.ParseSLO(c.SLO); err != nil {
 			return err
 		}
+	}
+	if c.PlanHelm && (o.SLO == nil || o.SLO.RPS <= 0) {
+		return errors.New("--plan-helm sizes replicas for the SLO's throughput target: give it as --slo p95=100ms,rps=300")
 	}
 	switch c.Arrival {
 	case "poisson":
@@ -487,7 +492,13 @@ func (c *benchConfig) write(r *bench.Report, stdout io.Writer) error {
 	if err := bench.WriteText(stdout, r); err != nil {
 		return err
 	}
-	return c.writeFiles(r, stdout)
+	if err := c.writeFiles(r, stdout); err != nil {
+		return err
+	}
+	if c.PlanHelm {
+		return writePlanHelm(stdout, r)
+	}
+	return nil
 }
 
 // writeFiles writes the report files asked for, saying so on stdout.
@@ -538,11 +549,12 @@ func runReport(args []string, stdout io.Writer) error {
 	fs.SetOutput(os.Stderr)
 	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
 	fs.StringVar(&c.HTML, "html", "", "write the report as one HTML file with SVG plots")
+	fs.BoolVar(&c.PlanHelm, "plan-helm", false, "after the report, print Helm values for deploy/ sized for the SLO's rps")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("usage: server bench report [--md FILE] [--html FILE] REPORT.json (%w)", errUsage)
+		return fmt.Errorf("usage: server bench report [--md FILE] [--html FILE] [--plan-helm] REPORT.json (%w)", errUsage)
 	}
 	r, err := bench.ReadReport(fs.Arg(0))
 	if err != nil {

@@ -38,6 +38,7 @@ func commands() map[string]command {
 		"gate":    {"accuracy gate: a quantized version's accuracy against the baseline's, within a budget", runGate},
 		"inspect": {"show a model's inputs, outputs, operators and node placement", runInspect},
 		"models":  {"models init DIR: print the model.yaml inferred for a Hugging Face model folder, with its reasons", runModels},
+		"plan":    {"size a deployment from a bench report and simulate its autoscaling under traffic: replicas, SLO, cost", runPlan},
 		"tune":    {"the tuning loop: one lever at a time against an SLO, a diary of experiments and the winning config", runTune},
 		"version": {"print the version", func(_ context.Context, _ []string, w io.Writer) error {
 			_, err := fmt.Fprintln(w, "ortserve", version)
