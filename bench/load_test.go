@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -290,7 +291,7 @@ func TestRunInterrupted(t *testing.T) {
 			}
 		}
 		r, err := Measure(ctx, fakeClient(f), words, o)
-		if err != context.Canceled {
+		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err %v, want context.Canceled", err)
 		}
 		steps := r.Runs[0].Versions[0].Steps

@@ -341,10 +341,10 @@ func inferClassify(inf *Inference, hc hfModelConfig, arch string, ref *candidate
 		}
 	}
 	hasTypes := slices.ContainsFunc(ref.info.Inputs, func(v onnx.IOInfo) bool { return v.Name == tokenTypeIDs })
-	switch {
-	case n == 0:
+	switch n {
+	case 0:
 		return fmt.Errorf("config.json says %s but names no labels (id2label) and %q has a dynamic width: set labels: in %s", arch, out.Name, ConfigFile)
-	case n == 1:
+	case 1:
 		c.Task = TaskRerank
 		pairs := "the pair told apart by token_type_ids"
 		if !hasTypes {
@@ -827,7 +827,7 @@ func readJSON(path string, v any) error {
 		return err
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%s: %v", filepath.Base(path), err)
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	return nil
 }
@@ -838,6 +838,6 @@ func isFile(p string) bool {
 }
 
 func isDir(p string) bool {
-	fi, err := os.Stat(p)
+	fi, err := os.Stat(p) //nolint:gosec // G703: the operator's model folders; HubSnapshot keeps the name read from refs/main to a plain one
 	return err == nil && fi.IsDir()
 }

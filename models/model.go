@@ -143,6 +143,10 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 
 // check runs one text through every version, so that a tokenizer whose ids the graph does
 // not accept, or an output of the wrong size, stops start-up instead of the first request.
+// It is part of loading, at start-up and on a reload, and runs under a context of its own:
+// one short run per version, which no request's context should cut short.
+//
+//nolint:contextcheck // a fresh context by design, as said above
 func (m *Model) check() error {
 	in := []Input{{Text: "ortserve start-up check"}}
 	if m.Config.Task == TaskRerank {

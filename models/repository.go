@@ -319,7 +319,7 @@ func (r *Repository) Handle(name string) (Handle, error) {
 func (r *Repository) First(task Task) (Handle, bool) {
 	for _, name := range r.Names() {
 		var found bool
-		r.use(name, func(m *Model) error { found = m.Config.Task == task; return nil })
+		_ = r.use(name, func(m *Model) error { found = m.Config.Task == task; return nil }) // removed meanwhile: not found
 		if found {
 			return Handle{r: r, name: name}, true
 		}
@@ -498,7 +498,7 @@ func (r *Repository) retire(g *generation) {
 	aborted := r.aborted
 	r.mu.Unlock()
 	if aborted != nil { // the shutdown's Abort came first: the requests here fail too
-		g.m.Abort(aborted)
+		_ = g.m.Abort(aborted) // it only says batches were cancelled, which their requests are told
 	}
 	defer func() {
 		r.mu.Lock()
@@ -523,7 +523,7 @@ func (r *Repository) Watch(ctx context.Context, interval time.Duration, changed 
 			return
 		case <-t.C:
 			before := r.loads()
-			r.Reload() // failures are logged and kept in Status
+			_ = r.Reload() // a model that fails is logged and kept in Status; an unreadable root is tried again next tick
 			if changed != nil && r.loads() != before {
 				changed()
 			}
@@ -637,12 +637,12 @@ func (h Handle) Tokenize(texts []string, addSpecial bool) (toks [][]tokenize.Tok
 
 // Labels are the serving generation's labels.
 func (h Handle) Labels() (labels []string) {
-	h.r.use(h.name, func(m *Model) error { labels = m.Labels(); return nil })
+	_ = h.r.use(h.name, func(m *Model) error { labels = m.Labels(); return nil }) // removed meanwhile: none
 	return labels
 }
 
 // Dimension is the serving generation's output dimension.
 func (h Handle) Dimension() (dim int) {
-	h.r.use(h.name, func(m *Model) error { dim = m.Dimension(); return nil })
+	_ = h.r.use(h.name, func(m *Model) error { dim = m.Dimension(); return nil }) // removed meanwhile: 0
 	return dim
 }

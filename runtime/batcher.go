@@ -236,10 +236,19 @@ func NewBatcher(cfg BatchConfig, pool *Pool, obs Observer) *Batcher {
 // NopObserver observes nothing; embed it to implement only some of Observer.
 type NopObserver struct{}
 
-func (NopObserver) Batch(int, int, int)          {}
-func (NopObserver) Queue(int, int)               {}
-func (NopObserver) Expired()                     {}
-func (NopObserver) Refused(string)               {}
+// Batch does nothing.
+func (NopObserver) Batch(int, int, int) {}
+
+// Queue does nothing.
+func (NopObserver) Queue(int, int) {}
+
+// Expired does nothing.
+func (NopObserver) Expired() {}
+
+// Refused does nothing.
+func (NopObserver) Refused(string) {}
+
+// Control does nothing.
 func (NopObserver) Control(SchedulerState, bool) {}
 
 // Execute queues encs and waits for their results: one tensor per encoding, in order. It
@@ -472,12 +481,12 @@ func (b *Batcher) next() {
 // dispatch runs a batch on the pool and hands each row its result.
 func (b *Batcher) dispatch(batch []row) {
 	encs := make([]tokenize.Encoding, len(batch))
-	real := 0
+	realTokens := 0
 	now := time.Now()
 	var single time.Duration
 	for i, w := range batch {
 		encs[i] = w.req.encs[w.i]
-		real += encs[i].Len()
+		realTokens += encs[i].Len()
 		single += b.cost.Predict(1, encs[i].Len())
 		if i > 0 && batch[i-1].req == w.req {
 			continue // rows of one request are adjacent: count the batch once
@@ -491,7 +500,7 @@ func (b *Batcher) dispatch(batch []row) {
 	predicted := b.cost.Predict(padded.Rows, padded.Cols)
 	b.nextID++
 	b.runs = append(b.runs, running{id: b.nextID, end: now.Add(predicted)})
-	b.obs.Batch(len(batch), padded.Rows*padded.Cols, real)
+	b.obs.Batch(len(batch), padded.Rows*padded.Cols, realTokens)
 	go func(id uint64) {
 		f := finished{id: id, single: single}
 		defer func() { b.finished <- f }()

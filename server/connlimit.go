@@ -97,7 +97,7 @@ func (l *connLimiter) refuse(c net.Conn) {
 	go func() {
 		defer func() { <-l.refusing }()
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(refuseTimeout))
+		_ = c.SetDeadline(time.Now().Add(refuseTimeout)) // fails only once c is closed, when its reads fail too
 		// Answer only once the request's head is in: an HTTP client takes an answer that
 		// comes before it has sent a request for a fault of the connection, not for a 429.
 		// A client that sends nothing loses nothing by a bare close.
@@ -108,9 +108,10 @@ func (l *connLimiter) refuse(c net.Conn) {
 			return
 		}
 		if cw, ok := c.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite() // the client reads the 429, then EOF
+			_ = cw.CloseWrite() // the client reads the 429, then EOF
 		}
-		io.Copy(io.Discard, io.LimitReader(c, refuseDiscard))
+		// Best effort, as the rest: the connection is closed whatever happens here.
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, refuseDiscard))
 	}()
 }
 
@@ -182,12 +183,12 @@ func clientAddr(a net.Addr) string {
 
 // tooManyConns is the refusal: a complete HTTP/1.1 response, with a body in TEI's error shape
 // (the route, and so its API's shape, is not known before the request is read).
-func tooManyConns(max int) []byte {
+func tooManyConns(limit int) []byte {
 	body, _ := json.Marshal(struct {
 		Error     string `json:"error"`
 		ErrorType string `json:"error_type"`
 	}{
-		Error:     fmt.Sprintf("too many connections from your address: at most %d at once (max_conns_per_client); reuse connections (keep-alive) or retry after a second", max),
+		Error:     fmt.Sprintf("too many connections from your address: at most %d at once (max_conns_per_client); reuse connections (keep-alive) or retry after a second", limit),
 		ErrorType: "Overloaded",
 	})
 	return fmt.Appendf(nil, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)

@@ -268,7 +268,6 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	const slow = 5
-	var conns []net.Conn
 	for range slow {
 		c, err := net.Dial("tcp", ts.Listener.Addr().String())
 		if err != nil {
@@ -276,7 +275,6 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 		}
 		defer c.Close()
 		io.WriteString(c, "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"inp")
-		conns = append(conns, c)
 	}
 	// The slow requests have reached the handler (the server reads headers first) and
 	// are waiting for their bodies; a normal request must still get a slot at once.

@@ -24,8 +24,6 @@ type KServeError struct {
 	Error string `json:"error"`
 }
 
-func kserveShape(_ int, e ErrorResponse) any { return KServeError{Error: e.Error} }
-
 // InferRequest is the body of POST /v2/models/{model}[/versions/{version}]/infer.
 type InferRequest struct {
 	ID string `json:"id,omitempty"`
@@ -229,7 +227,7 @@ func (req *InferRequest) boolParam(name string, def bool) bool {
 }
 
 // ServerMetadata is the body of GET /v2.
-type ServerMetadata struct {
+type ServerMetadata struct { //nolint:revive // KServe v2's name for it, beside ModelMetadata
 	Name       string   `json:"name"`
 	Version    string   `json:"version"`
 	Extensions []string `json:"extensions"`

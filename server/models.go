@@ -98,8 +98,8 @@ func redactPaths(msg, root string) string {
 		return msg
 	}
 	roots := []string{filepath.Clean(root)}
-	if real, err := filepath.EvalSymlinks(root); err == nil && real != roots[0] {
-		roots = append(roots, real)
+	if resolved, err := filepath.EvalSymlinks(root); err == nil && resolved != roots[0] {
+		roots = append(roots, resolved)
 	}
 	return absPath.ReplaceAllStringFunc(msg, func(m string) string {
 		lead, path := "", m

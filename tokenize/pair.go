@@ -242,11 +242,10 @@ func CutPair(la, lb, maxLen int) (int, int) {
 	if la+lb <= maxLen {
 		return la, lb
 	}
-	n1, n2 := la, lb
-	swap := n1 > n2
-	if swap {
-		n1, n2 = n2, n1
-	}
+	// n1 is the shorter text; n2, the longer, is cut down to no shorter than it.
+	swap := la > lb
+	n1 := min(la, lb)
+	var n2 int
 	if n1 > maxLen {
 		n2 = n1
 	} else {

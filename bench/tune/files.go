@@ -62,6 +62,7 @@ func Overlay(src, dst, model string, e ModelEdit, others bool) error {
 			return fmt.Errorf("tune: %w", err)
 		}
 	}
+	//nolint:gosec // G703: dst and model are the operator's (server tune --out, the model's folder name)
 	if err := os.WriteFile(filepath.Join(out, models.ConfigFile), edited, 0o644); err != nil {
 		return err
 	}

@@ -492,10 +492,10 @@ func batteryCases() []badRequest {
 	} {
 		for _, path := range []string{"/v2/models/minilm/infer", "/v2/models/minilm/versions/int8/infer"} {
 			want := 400
-			switch {
-			case tc.name == "Content-Encoding gzip":
+			switch tc.name {
+			case "Content-Encoding gzip":
 				want = 415
-			case tc.name == "octet-stream that is not JSON":
+			case "octet-stream that is not JSON":
 				want = 422
 			}
 			cases = append(cases, badRequest{name: "kserve " + tc.name, path: path, header: tc.header, ctype: tc.ctype, body: tc.body, want: want})
@@ -685,7 +685,7 @@ func sendBad(ctx context.Context, client *http.Client, base string, tc badReques
 func checkErrorShape(raw []byte, shape apiShape) error {
 	var top map[string]json.RawMessage
 	if err := decodeStrict(raw, &top); err != nil {
-		return fmt.Errorf("body is not one JSON object: %v", err)
+		return fmt.Errorf("body is not one JSON object: %w", err)
 	}
 	str := func(m map[string]json.RawMessage, key string, nullable bool) error {
 		v, ok := m[key]

@@ -216,7 +216,7 @@ func (l *loader) set(name, value string, src source) {
 	reset()
 	if err := l.flags.Set(name, value); err != nil {
 		reset()
-		l.flags.Set(name, before) // a failed Set may have stored a zero
+		_ = l.flags.Set(name, before) // a failed Set may have stored a zero; before is the flag's own value, which parses
 		want := "want a valid value"
 		switch f.Value.(flag.Getter).Get().(type) {
 		case int, int64:
@@ -377,7 +377,7 @@ func (l *loader) validate() {
 			l.problems = append(l.problems, l.subject(name, f.Value.String(), l.from[name])+": "+fmt.Sprintf(format, args...))
 		}
 	}
-	atLeast := func(min int64, name string, v int64) { check(v >= min, name, "must be ≥ %d", min) }
+	atLeast := func(least int64, name string, v int64) { check(v >= least, name, "must be ≥ %d", least) }
 
 	_, _, err := net.SplitHostPort(c.Addr)
 	check(err == nil, "addr", "want host:port, such as 127.0.0.1:8080 or :8080")

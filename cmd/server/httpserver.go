@@ -103,7 +103,9 @@ func (f *frontEnd) deadlines(h http.Handler, write time.Duration) http.Handler {
 		if f.draining.Load() {
 			w.Header().Set("Connection", "close")
 		}
-		rc.SetWriteDeadline(time.Time{})
+		// Fails only where the writer cannot take deadlines (ErrNotSupported) or the
+		// connection is gone: either way the answer is written as it would be without one.
+		_ = rc.SetWriteDeadline(time.Time{})
 		h.ServeHTTP(&writeDeadline{ResponseWriter: w, rc: rc, d: write}, r)
 	})
 }
@@ -120,7 +122,7 @@ func (w *writeDeadline) start() {
 	if !w.started {
 		w.started = true
 		if w.d > 0 {
-			w.rc.SetWriteDeadline(time.Now().Add(w.d))
+			_ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) // as in deadlines: nothing to do if it fails
 		}
 	}
 }
@@ -171,6 +173,8 @@ type shutdownPlan struct {
 // So every request admitted gets an answer within the grace, and the process exits a few
 // milliseconds after it, once the models are closed. It returns nil even when step 3 was
 // needed: the shutdown went as configured.
+//
+//nolint:contextcheck // it starts when serve's ctx is done: its deadlines are the grace's, on fresh contexts
 func (f *frontEnd) shutdown(p shutdownPlan) error {
 	start := time.Now()
 	end := start.Add(p.Grace)

@@ -352,8 +352,8 @@ func writeFileReport(w io.Writer, f fileReport) error {
 	}
 	writeTable(w, "    ", rows)
 
-	switch p := f.Place; {
-	case p == nil:
+	switch p := f.Place; p {
+	case nil:
 		fmt.Fprintf(w, "  placement: not seen: %s\n", f.PlaceError)
 	default:
 		fmt.Fprintf(w, "  placement on %s, from ONNX Runtime's profile of one run:\n", p.Provider)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -107,7 +108,8 @@ func serveChild(t *testing.T, until string, args ...string) (int, string) {
 		}
 	}
 	err = cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return ee.ExitCode(), log.String()
 	}
 	if err != nil {
@@ -242,7 +244,7 @@ func launch(args ...string) (url string, stop func() error, err error) {
 		return "http://" + addr, func() error { cancel(); return <-done }, nil
 	case err := <-done:
 		cancel()
-		return "", nil, fmt.Errorf("server did not start: %v", err)
+		return "", nil, fmt.Errorf("server did not start: %w", err)
 	}
 }
 

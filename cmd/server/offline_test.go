@@ -112,7 +112,7 @@ func TestOfflineLimitCancel(t *testing.T) {
 		defer stop.Stop()
 		start := time.Now()
 		_, err = r.measure(ctx, 4, time.Hour)
-		if err != context.Canceled {
+		if err != context.Canceled { //nolint:errorlint // the error itself, not one wrapping it
 			t.Errorf("error %v; want context.Canceled itself", err)
 		}
 		if d := time.Since(start); d > 10*time.Second {

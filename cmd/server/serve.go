@@ -269,7 +269,8 @@ func (b *backend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
 }
 
 func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
-	sessions, err := b.openSessions(spec.Path, spec.Output, cmp.Or(spec.Instances, b.sessions))
+	// Loading runs under a context of its own, as models' start-up check does.
+	sessions, err := b.openSessions(context.Background(), spec.Path, spec.Output, cmp.Or(spec.Instances, b.sessions))
 	if err != nil {
 		return nil, err
 	}
@@ -369,11 +370,12 @@ func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) 
 	log.Info("cost model calibrated", append([]any{"model", spec.Model, "version", spec.Version, "runs", st.Cost.Observations}, args...)...)
 }
 
-// openSessions opens n sessions of the ONNX file at path reading output, and warms them up;
-// on any failure it closes the ones it opened. The sessions are opened and warmed up side by
-// side: each is one graph to load and optimize, mostly on one thread, so on a machine with
-// the cores a version with n sessions starts about as fast as one with a single session.
-func (b *backend) openSessions(path, output string, n int) ([]runtime.Session, error) {
+// openSessions opens n sessions of the ONNX file at path reading output, and warms them up
+// under ctx; on any failure it closes the ones it opened. The sessions are opened and warmed
+// up side by side: each is one graph to load and optimize, mostly on one thread, so on a
+// machine with the cores a version with n sessions starts about as fast as one with a single
+// session.
+func (b *backend) openSessions(ctx context.Context, path, output string, n int) ([]runtime.Session, error) {
 	o := b.opts
 	o.Output = output
 	sessions := make([]runtime.Session, n)
@@ -387,7 +389,7 @@ func (b *backend) openSessions(path, output string, n int) ([]runtime.Session, e
 				return
 			}
 			sessions[i] = s
-			if err := warmUp(s); err != nil {
+			if err := warmUp(ctx, s); err != nil {
 				errs[i] = fmt.Errorf("warm-up: %w", err)
 			}
 		})
@@ -435,9 +437,9 @@ func syntheticBatch(rows, cols int) tokenize.Batch {
 }
 
 // warmUp runs a session on warmUpShapes.
-func warmUp(s runtime.Session) error {
+func warmUp(ctx context.Context, s runtime.Session) error {
 	for _, sh := range warmUpShapes {
-		if _, err := s.Run(context.Background(), syntheticBatch(sh[0], sh[1])); err != nil {
+		if _, err := s.Run(ctx, syntheticBatch(sh[0], sh[1])); err != nil {
 			return err
 		}
 	}

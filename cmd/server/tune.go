@@ -321,7 +321,7 @@ func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout
 		}
 		wrote = append(wrote, tuneConfigFile)
 	}
-	tune.WriteSummary(stdout, o)
+	_ = tune.WriteSummary(stdout, o) // as the lines below: the files are written whether stdout takes it or not
 	for _, name := range wrote {
 		fmt.Fprintln(stdout, "wrote", filepath.Join(f.Out, name))
 	}

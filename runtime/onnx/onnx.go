@@ -194,7 +194,7 @@ func ReadModel(path string) (ModelInfo, error) {
 	}
 	m, err := parseModel(bufio.NewReaderSize(f, 1<<16), fi.Size())
 	if err != nil {
-		return ModelInfo{}, fmt.Errorf("onnx: %s is not an ONNX model (%v): check the file or export it again", path, err)
+		return ModelInfo{}, fmt.Errorf("onnx: %s is not an ONNX model (%w): check the file or export it again", path, err)
 	}
 	m.Path = path
 	return m, nil
@@ -204,7 +204,7 @@ func ReadModel(path string) (ModelInfo, error) {
 func ParseModel(data []byte) (ModelInfo, error) {
 	m, err := parseModel(bufio.NewReader(bytes.NewReader(data)), int64(len(data)))
 	if err != nil {
-		return ModelInfo{}, fmt.Errorf("onnx: not an ONNX model (%v): check the data", err)
+		return ModelInfo{}, fmt.Errorf("onnx: not an ONNX model (%w): check the data", err)
 	}
 	return m, nil
 }

@@ -62,7 +62,7 @@ func (e *Env) Resolve(d Device, deviceID int) (p Provider, fallback string, err 
 	case cerr == nil:
 		return ProviderCUDA, "", nil
 	case d == DeviceCUDA:
-		return "", "", fmt.Errorf("%w: %v", ErrCUDAUnavailable, cerr)
+		return "", "", fmt.Errorf("%w: %w", ErrCUDAUnavailable, cerr)
 	default:
 		return ProviderCPU, cerr.Error(), nil
 	}
@@ -263,7 +263,8 @@ func (s *Session) Run(ctx context.Context, b tokenize.Batch) (out runtime.Tensor
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(fired)
-		ro.Terminate()
+		// If the flag cannot be set, the run goes on to its end, and Run still returns ctx's error.
+		_ = ro.Terminate()
 	})
 	n := len(s.inputs)
 	err = s.sess.RunWithOptions(values[:n], values[n:], ro)

@@ -83,7 +83,7 @@ func ParseProfile(data []byte, requested Provider) (Placement, error) {
 		} `json:"args"`
 	}
 	if err := json.Unmarshal(data, &events); err != nil {
-		return Placement{}, fmt.Errorf("ort: reading ONNX Runtime's profile: %v", err)
+		return Placement{}, fmt.Errorf("ort: reading ONNX Runtime's profile: %w", err)
 	}
 	type node struct{ name, op, provider string }
 	var order []string
