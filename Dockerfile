@@ -22,8 +22,8 @@ ARG GO_IMAGE=golang:1.26.8-bookworm
 # distroless/cc: glibc, libgcc_s and libstdc++, which the server and libonnxruntime need; no
 # shell. :nonroot runs as uid 65532.
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
-# none: /models is empty, mount a model repository there; built: run `make models` (~5 GB of
-# Python wheels in the build stage, a few minutes) and bake its repository into /models.
+# none: /models is empty, mount a model repository there; built: run `make models` (a 550 MB
+# Python venv without torch in the build stage, about 4 min) and bake its repository into /models.
 ARG MODELS=none
 # The Makefile's ORT_VERSION: where `make ort` puts the library in the cache (a test checks).
 ARG ORT_VERSION=1.29.0

@@ -15,6 +15,9 @@ TOK_DIR      := $(CACHE)/tokenizers/$(TOK_VERSION)-$(TOK_KEY)
 
 VENV_KEY     := $(shell sha256sum scripts/models/requirements.txt 2>/dev/null | cut -c1-12)
 VENV         := $(CACHE)/venv/$(VENV_KEY)
+# torch + sentence-transformers (~7 GB): only `make golden` uses it; not part of MODELS_KEY
+GOLDEN_VENV_KEY := $(shell sha256sum scripts/models/requirements-golden.txt 2>/dev/null | cut -c1-12)
+GOLDEN_VENV  := $(CACHE)/venv/$(GOLDEN_VENV_KEY)
 DATA_DIR     := $(CACHE)/data/polarity
 # The key covers what builds the default models; quantize.py and damage.py only add versions.
 MODELS_SRC   := scripts/models/requirements.txt $(filter-out scripts/models/quantize.py scripts/models/damage.py,$(sort $(wildcard scripts/models/*.py))) scripts/build-models.sh
@@ -48,7 +51,7 @@ HADOLINT     := $(CACHE)/tools/hadolint-2.15.1
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI     := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
-.PHONY: all deps ort ort-cuda tokenizers venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck bench-peers gpu-check soak clean help
+.PHONY: all deps ort ort-cuda tokenizers venv golden-venv clients data models quantize damage golden build run test unit lint bench bench-self bench-crosscheck bench-peers gpu-check soak clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -64,8 +67,11 @@ ort-cuda: ## add ORT's CUDA 13 provider libraries next to the ORT library (GPU h
 tokenizers: ## build libtokenizers.a for daulet/tokenizers v$(TOK_VERSION) with cargo
 	@scripts/build-tokenizers.sh $(TOK_DIR)
 
-venv: ## the Python environment that builds models
+venv: ## the Python environment that builds models (onnx, onnxruntime, scikit-learn; no torch)
 	@scripts/venv.sh $(VENV)
+
+golden-venv: ## the Python environment with torch + sentence-transformers that `make golden` uses (~7 GB)
+	@scripts/venv.sh --golden $(GOLDEN_VENV)
 
 clients: ## the small Python environment of official API clients (openai, tritonclient, huggingface_hub) the tests drive
 	@scripts/clients.sh $(CLIENTS)
@@ -105,16 +111,26 @@ damage: venv ## add a damaged version the gate must fail: MODEL=sentiment NAME=i
 	$(work_copy)
 	@scripts/quantize.sh $(VENV) "$(REPO)/$(MODEL)" "$(NAME)" $(MODE) $(if $(FROM),--from "$(FROM)") $(if $(SCALE),--scale $(SCALE)) $(if $(SEED),--seed $(SEED))
 
-golden: models ## regenerate testdata/golden from the Python reference stack
-	@scripts/golden.sh $(VENV) $(MODELS_DIR)
+# The build checks its graphs against testdata/golden; here it only reports the differences
+# (the references are about to be made again), and golden.sh holds it to torch itself.
+golden: venv golden-venv data ## regenerate testdata/golden from the Python reference stack (torch) on the build
+	@ORTSERVE_GOLDEN_REGENERATE=1 scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
+	@scripts/golden.sh $(GOLDEN_VENV) $(MODELS_DIR)
 
 build: tokenizers ## build bin/server
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/server
 
-run: deps models build ## serve the default models on $(ADDR)
+# run and test obtain what they need side by side (PREP_JOBS at once, each target's output
+# kept together): on a fresh machine the downloads overlap the Rust and model builds.
+PREP_JOBS    ?= 4
+prep = @$(MAKE) --no-print-directory -j$(PREP_JOBS) --output-sync=target $(1)
+
+run: ## serve the default models on $(ADDR) (obtains and builds what is missing: deps models build)
+	$(call prep,deps models build)
 	$(RUN_ENV) ./$(BIN) serve --addr $(ADDR)
 
-test: deps models clients $(GOLANGCI) ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models
+test: ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models (obtains deps models clients and the linter first)
+	$(call prep,deps models clients $(GOLANGCI))
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
 	$(GOLANGCI) run ./...

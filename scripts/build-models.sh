@@ -6,18 +6,21 @@
 #     gate.csv is DATA_DIR/test.csv (pinned below), the data of model.yaml's `gate:` section
 #     that `server gate` checks new versions against (scripts/models/build.py GATE)
 #   MODELS_DIR/reranker/   model.yaml tokenizer.json fp32.onnx int8.onnx   (task: rerank; a cross-encoder,
-#     MiniLM + one-logit head fine-tuned on topical-overlap pairs of DATA_DIR/train.csv, ~20-45 s)
+#     MiniLM + one-logit head fine-tuned on topical-overlap pairs of DATA_DIR/train.csv, in numpy)
 #   MODELS_DIR/layouts/    the same models as users have them, no model.yaml (scripts/models/layouts.py):
 #     sentence-transformers/ optimum/ hub/models--ortserve--minilm/ (the minilm encoder),
 #     sentiment-hf/ cross-encoder/ (HF BertForSequenceClassification folders), odd-outputs/
 #     (minilm with a renamed output and two extra ones); ONNX files are hard links where the
 #     graph is one built above
-#   MODELS_DIR/golden/     golden json files of this build (testdata/golden holds the committed ones)
+#   MODELS_DIR/golden/     the onnxruntime side of the golden files of this build; the build fails unless
+#     its graphs reproduce the committed torch references in testdata/golden (scripts/models/reference.py)
 #   MODELS_DIR/report.json, report.md   accuracies, cosine stats, alone-vs-batched invariance, sizes, timings
 #   MODELS_DIR/.stamp      written last; $(dirname MODELS_DIR)/current -> MODELS_DIR
-# VENV comes from scripts/venv.sh, DATA_DIR from scripts/fetch-data.sh. The work is done by
-# scripts/models/build.py in a staging directory that is renamed to MODELS_DIR when every
+# VENV comes from scripts/venv.sh (no torch), DATA_DIR from scripts/fetch-data.sh. The work is done
+# by scripts/models/build.py in a staging directory that is renamed to MODELS_DIR when every
 # sanity check passed. Offline: nothing is downloaded (HF_HUB_OFFLINE=1).
+# ORTSERVE_GOLDEN_REGENERATE=1 (make golden, which then rewrites testdata/golden from this build
+# with torch) reports differences from the committed golden files instead of failing on them.
 set -euo pipefail
 ME=build-models
 log() { echo "$ME: $*" >&2; }
@@ -48,8 +51,8 @@ for p in $DATA_PINS; do
 done
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# torch/OpenMP threads spin-wait by default and starve ORT and BLAS on small machines:
-# PASSIVE made build.py 2.3x faster on 2 cores (91 s vs 207 s).
+# OpenMP threads spin-wait by default and starve ORT and BLAS on small machines (with torch,
+# PASSIVE made build.py 2.3x faster on 2 cores: 91 s vs 207 s).
 export OMP_WAIT_POLICY=PASSIVE
 export PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore
 
@@ -59,10 +62,12 @@ mkdir -p "$STAGE"
 HF_HOME=$(mktemp -d)   # an empty hub cache: nothing can come from the user's
 export HF_HOME
 trap 'rm -rf "$HF_HOME"' EXIT
-log "building $OUT (export, train, quantize, evaluate; ~3 min on 2 cores)"
+log "building $OUT (write graphs, train, quantize, evaluate; ~4 min on 2 cores)"
 start=$SECONDS
+regen=()
+[[ ${ORTSERVE_GOLDEN_REGENERATE:-} == 1 ]] && regen=(--golden-regenerate)
 "$VENV/bin/python" "$HERE/models/build.py" --data "$DATA" --out "$STAGE" \
-    --compare-golden "$REPO/testdata/golden" || die "model build failed (staging dir kept: $STAGE)"
+    --compare-golden "$REPO/testdata/golden" "${regen[@]}" || die "model build failed (staging dir kept: $STAGE)"
 mv -T "$STAGE" "$OUT"
 date -u +%FT%TZ > "$OUT/.stamp"
 link_current

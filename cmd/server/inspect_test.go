@@ -78,7 +78,9 @@ func TestInspectModelJSON(t *testing.T) {
 			t.Errorf("%s: no placement: %s", f.Version, f.PlaceError)
 			continue
 		}
-		if p.NodesOn(string(ort.ProviderCPU)) != p.Nodes || p.Nodes == 0 || p.Nodes > f.File.Nodes {
+		// The optimized graph has fewer nodes than the file, except fp16 on the CPU: ORT adds a
+		// Cast around each node it runs in float (93 for minilm, 218 nodes in the file, 335 placed).
+		if p.NodesOn(string(ort.ProviderCPU)) != p.Nodes || p.Nodes == 0 || (p.Nodes > f.File.Nodes && f.Version != "fp16") {
 			t.Errorf("%s: %d of %d nodes on CPU, %d in the file", f.Version, p.NodesOn(string(ort.ProviderCPU)), p.Nodes, f.File.Nodes)
 		}
 		switch quantized := f.File.QuantizedNodes > 0 && p.QuantizedNodes > 0; f.Version {

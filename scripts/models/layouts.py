@@ -4,11 +4,12 @@ The server's model inference (issue 13) is tested on these. None holds a model.y
 layouts/ itself holds no model, so the repository loader does not pick them up. Where a
 layout's graph is one the build already made, the ONNX file is a hard link to it:
 
-  sentence-transformers/  SentenceTransformer.save() of the package's model (modules.json,
-                          1_Pooling/, 2_Normalize/, sentence_bert_config.json, config.json
-                          BertModel, tokenizer files, model.safetensors) + onnx/model.onnx
-                          (= minilm/fp32.onnx; where the ONNX backend of sentence-transformers
-                          5.1.2 saves it)
+  sentence-transformers/  the package's model folder as the Hugging Face hub has it (what a download
+                          of sentence-transformers/all-MiniLM-L6-v2 gives: modules.json, 1_Pooling/,
+                          sentence_bert_config.json, config.json BertModel, config_sentence_transformers.json,
+                          tokenizer files, model.safetensors), 2_Normalize/ (empty, as
+                          SentenceTransformer.save() makes it) + onnx/model.onnx (= minilm/fp32.onnx; where
+                          the ONNX backend of sentence-transformers 5.1.2 saves it)
   optimum/                what `optimum-cli export onnx --task feature-extraction` writes:
                           model.onnx (= minilm/fp32.onnx) at the root, model_quantized.onnx
                           (= minilm/int8.onnx, quantize_dynamic QInt8 per channel),
@@ -19,9 +20,14 @@ layout's graph is one the build already made, the ONNX file is a hard link to it
                           blobs/<sha256 of the content>
   sentiment-hf/           the sentiment classifier: config.json BertForSequenceClassification,
                           id2label {0: negative, 1: positive}, model.onnx (= sentiment/fp32.onnx)
-  cross-encoder/          the reranker as saved by sentence-transformers CrossEncoder.save():
-                          config.json BertForSequenceClassification, num_labels 1, model.safetensors,
-                          tokenizer files, onnx/model.onnx (= reranker/fp32.onnx)
+  cross-encoder/          the reranker as sentence-transformers CrossEncoder.save() lays it out, written
+                          here without torch: config.json BertForSequenceClassification, id2label
+                          {0: LABEL_0}, sentence_transformers.activation_fn Sigmoid; model.safetensors
+                          (the trained float32 weights, bert.* and classifier.*, written with
+                          safetensors.numpy); README.md; tokenizer files (tokenizer_config.json with
+                          model_max_length 256, as CrossEncoder(max_length=256).save() writes it);
+                          onnx/model.onnx (= reranker/fp32.onnx). scripts/golden.sh loads it with
+                          CrossEncoder (torch) for the committed reranker references
   odd-outputs/            minilm/fp32.onnx with its output renamed and two intermediate tensors
                           added as outputs (ODD_OUTPUTS), config.json (BertModel), tokenizer files
 """
@@ -34,6 +40,12 @@ from pathlib import Path
 from common import write_json
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+# the package's files of a sentence-transformers model folder (the hub's, less README.md,
+# data_config.json and .gitattributes)
+ST_FILES = ("modules.json", "sentence_bert_config.json", "config.json", "config_sentence_transformers.json",
+            "1_Pooling/config.json", "model.safetensors") + TOKENIZER_FILES
+# CrossEncoder.save() records the activation it applies to the one logit
+CROSS_ENCODER_ST = {"activation_fn": "torch.nn.modules.activation.Sigmoid", "version": "5.1.2"}
 HUB_REPO = "models--ortserve--minilm"
 # odd-outputs: graph outputs in this order (name, shape); the token embeddings are the middle one
 ODD_TOKEN_OUTPUT = "onnx::Shape_422"
@@ -60,11 +72,10 @@ def copy_tokenizer(src, dst):
 
 
 def sentence_transformers_layout(src, minilm, dst):
-    from sentence_transformers import SentenceTransformer
-
-    st = SentenceTransformer(str(src), device="cpu", local_files_only=True)
-    st.save(str(dst), create_model_card=False)
-    (dst / "2_Normalize").mkdir(exist_ok=True)  # save() makes it; Normalize has no files
+    for f in ST_FILES:
+        (dst / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / f, dst / f)
+    (dst / "2_Normalize").mkdir()  # Normalize has no files; save() makes the folder
     link(minilm / "fp32.onnx", dst / "onnx" / "model.onnx")
 
 
@@ -72,7 +83,6 @@ def optimum_layout(src, minilm, dst):
     dst.mkdir(parents=True)
     cfg = json.loads((src / "config.json").read_text())
     cfg.pop("_name_or_path", None)
-    cfg["transformers_version"] = __import__("transformers").__version__
     write_json(dst / "config.json", cfg)
     copy_tokenizer(src, dst)
     link(minilm / "fp32.onnx", dst / "model.onnx")
@@ -109,24 +119,36 @@ def sentiment_layout(src, sentiment, labels, dst):
     cfg.update({"architectures": ["BertForSequenceClassification"],
                 "id2label": {str(i): l for i, l in enumerate(labels)},
                 "label2id": {l: i for i, l in enumerate(labels)},
-                "problem_type": "single_label_classification",
-                "transformers_version": __import__("transformers").__version__})
+                "problem_type": "single_label_classification"})
     write_json(dst / "config.json", cfg)
     copy_tokenizer(src, dst)
     link(sentiment / "fp32.onnx", dst / "model.onnx")
 
 
-def cross_encoder_layout(model, src, rerank, max_length, dst, work):
-    """CrossEncoder.save() of the trained model + onnx/model.onnx; returns the folder."""
-    from sentence_transformers import CrossEncoder
+def cross_encoder_layout(weights, src, rerank, max_length, dst):
+    """The trained cross-encoder (weights: berttrain keys, float32) as CrossEncoder.save() lays
+    it out, + onnx/model.onnx."""
+    from safetensors.numpy import save_file
 
-    work.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(work), safe_serialization=True)
-    copy_tokenizer(src, work)
-    ce = CrossEncoder(str(work), device="cpu", max_length=max_length, local_files_only=True)
-    ce.save(str(dst))
+    dst.mkdir(parents=True)
+    cfg = json.loads((src / "config.json").read_text())
+    for k in ("_name_or_path", "transformers_version"):
+        cfg.pop(k, None)
+    cfg.update({"architectures": ["BertForSequenceClassification"], "id2label": {"0": "LABEL_0"},
+                "label2id": {"LABEL_0": 0}, "sentence_transformers": CROSS_ENCODER_ST})
+    write_json(dst / "config.json", dict(sorted(cfg.items())))
+    tensors = {("" if k.startswith("classifier.") else "bert.") + k: v for k, v in weights.items()}
+    save_file({k: tensors[k] for k in sorted(tensors)}, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    copy_tokenizer(src, dst)
+    tc = json.loads((src / "tokenizer_config.json").read_text())
+    tc["model_max_length"] = max_length
+    write_json(dst / "tokenizer_config.json", tc)
+    (dst / "README.md").write_text(
+        "---\ntags:\n- sentence-transformers\n- cross-encoder\n- reranker\npipeline_tag: text-ranking\n"
+        "library_name: sentence-transformers\n---\n\n# CrossEncoder\n\nortserve's test reranker "
+        "(scripts/models/reranker.py): all-MiniLM-L6-v2 fine-tuned as a BertForSequenceClassification "
+        f"with one label on topical-overlap pairs. Maximum sequence length: {max_length} tokens.\n")
     link(rerank / "fp32.onnx", dst / "onnx" / "model.onnx")
-    shutil.rmtree(work)
     return dst
 
 
@@ -155,7 +177,7 @@ def odd_outputs_layout(src, minilm, dst):
     copy_tokenizer(src, dst)
 
 
-def build(out, src, labels, max_length, reranker_model):
+def build(out, src, labels, max_length, reranker_weights):
     """Writes out/layouts/; returns a dict for the report (files, the hub revision)."""
     lay = out / "layouts"
     lay.mkdir()
@@ -163,8 +185,7 @@ def build(out, src, labels, max_length, reranker_model):
     optimum_layout(src, out / "minilm", lay / "optimum")
     rev = hub_layout(lay / "sentence-transformers", lay / "hub")
     sentiment_layout(src, out / "sentiment", labels, lay / "sentiment-hf")
-    cross_encoder_layout(reranker_model, src, out / "reranker", max_length, lay / "cross-encoder",
-                         out / ".cross-encoder-work")
+    cross_encoder_layout(reranker_weights, src, out / "reranker", max_length, lay / "cross-encoder")
     odd_outputs_layout(src, out / "minilm", lay / "odd-outputs")
     return {"hub_revision": rev,
             "files": {d.name: sorted(str(p.relative_to(d)) for p in d.rglob("*") if not p.is_dir())

@@ -46,7 +46,7 @@ ME = "quantize"
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
 VERSIONS_RE = re.compile(r"^versions:\s*(#.*)?$")
 ENTRY_RE = re.compile(r"^([ \t]+)\S")
-PROBE = [[101, 7592, 2088, 102, 0, 0], [101, 2023, 2003, 1037, 3231, 102]]  # as torchmods.export
+PROBE = [[101, 7592, 2088, 102, 0, 0], [101, 2023, 2003, 1037, 3231, 102]]  # two texts, one padded
 
 
 def die(msg, me=ME):

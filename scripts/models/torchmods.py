@@ -1,4 +1,5 @@
-"""The torch modules that are exported to ONNX (and used as the torch reference)."""
+"""The torch reference modules of reference.py (golden venv only: the build has no torch; its
+graphs come from bertonnx.py and must match these, see reference.GOLDEN_CHECKS)."""
 import torch
 import transformers
 import torch.nn.functional as F
@@ -56,16 +57,3 @@ class Sentiment(nn.Module):
 
 def torch_feeds(feeds):
     return tuple(torch.from_numpy(feeds[k]) for k in INPUTS)
-
-
-def export(module, path, output, opset=17):
-    """Legacy TorchScript exporter (dynamo=False): int64 inputs with dynamic batch/sequence."""
-    ids = torch.tensor([[101, 7592, 2088, 102, 0, 0], [101, 2023, 2003, 1037, 3231, 102]])
-    mask = (ids != 0).long()
-    types = torch.zeros_like(ids)
-    axes = {k: {0: "batch", 1: "sequence"} for k in INPUTS}
-    axes[output] = {0: "batch", 1: "sequence"} if output == "last_hidden_state" else {0: "batch"}
-    with torch.no_grad():
-        torch.onnx.export(module, (ids, mask, types), str(path), input_names=INPUTS,
-                          output_names=[output], dynamic_axes=axes, opset_version=opset,
-                          do_constant_folding=True, dynamo=False)
