@@ -372,9 +372,9 @@ func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) 
 
 // openSessions opens n sessions of the ONNX file at path reading output, and warms them up
 // under ctx; on any failure it closes the ones it opened. The sessions are opened and warmed
-// up side by side: each is one graph to load and optimize, mostly on one thread, so on a
-// machine with the cores a version with n sessions starts about as fast as one with a single
-// session.
+// up side by side, each a graph to load and optimize mostly on one thread. Measured on the
+// 2-core VM, minilm fp32 alone, serve's start to its "listening" line, 4 runs each: 0.98-1.40 s
+// with one session, 1.09-1.29 s with two.
 func (b *backend) openSessions(ctx context.Context, path, output string, n int) ([]runtime.Session, error) {
 	o := b.opts
 	o.Output = output
