@@ -31,6 +31,10 @@ type BatchConfig struct {
 	// Bounds on what may wait, beyond which Execute fails with ErrQueueFull.
 	MaxQueueRequests int
 	MaxQueueTokens   int
+	// Packing runs batches packed (tokenize.Pack: the texts end to end in one row, no
+	// padding) when every session of the pool can (Packer). A packed run costs what its
+	// tokens cost, so batching pays on mixed lengths too. false: padded batches always.
+	Packing bool
 	// SLO, when > 0, is the p95 latency (from a request's arrival, see WithArrival, to its
 	// result) that the batcher's controller holds the version to by refusing requests whose
 	// predicted latency would not fit and by capping batch run time. 0: no controller;
@@ -39,9 +43,9 @@ type BatchConfig struct {
 }
 
 // DefaultBatchConfig is what `server serve` starts from: work-conserving, cost-aware batches
-// of up to 32 rows, no SLO.
+// of up to 32 rows, packed where the graph allows, no SLO.
 func DefaultBatchConfig() BatchConfig {
-	return BatchConfig{MaxBatchSize: 32, MaxBatchTokens: 16384, MaxQueueDelay: 0, MaxQueueRequests: 1024, MaxQueueTokens: 1 << 20}
+	return BatchConfig{MaxBatchSize: 32, MaxBatchTokens: 16384, MaxQueueDelay: 0, MaxQueueRequests: 1024, MaxQueueTokens: 1 << 20, Packing: true}
 }
 
 // Validate says what is wrong with a config.
@@ -194,6 +198,7 @@ type Batcher struct {
 	queued  time.Duration
 	waiting map[*request]int
 	free    int
+	pack    bool // batches are packed: cfg.Packing and a pool that packs
 	runs    []running
 	nextID  uint64
 	// discount is measured run time over the sum of the rows' predicted batch-of-one
@@ -220,6 +225,7 @@ func NewBatcher(cfg BatchConfig, pool *Pool, obs Observer) *Batcher {
 		abort:    make(chan struct{}),
 		waiting:  map[*request]int{},
 		free:     pool.Size(),
+		pack:     cfg.Packing && pool.Packs(),
 		discount: 1,
 	}
 	b.discountBits.Store(math.Float64bits(1))
@@ -453,6 +459,13 @@ func (b *Batcher) full() bool {
 	if len(b.queue) >= b.cfg.MaxBatchSize {
 		return true
 	}
+	if b.pack {
+		tokens := 0
+		for _, w := range b.queue {
+			tokens += w.len()
+		}
+		return tokens >= b.packLimit()
+	}
 	if b.cfg.MaxBatchTokens == 0 {
 		return false
 	}
@@ -496,7 +509,12 @@ func (b *Batcher) dispatch(batch []row) {
 		w.req.batches++
 		w.req.mu.Unlock()
 	}
-	padded := tokenize.Pad(encs)
+	var padded tokenize.Batch
+	if b.pack {
+		padded = tokenize.Pack(encs)
+	} else {
+		padded = tokenize.Pad(encs)
+	}
 	predicted := b.cost.Predict(padded.Rows, padded.Cols)
 	b.nextID++
 	b.runs = append(b.runs, running{id: b.nextID, end: now.Add(predicted)})
@@ -515,7 +533,10 @@ func (b *Batcher) dispatch(batch []row) {
 			b.perRow.Store(math.Float64bits(f.took.Seconds() / float64(len(batch))))
 		}
 		var rows []Tensor
-		if err == nil {
+		switch {
+		case err == nil && padded.Packed:
+			rows = out.Segments(padded.Lengths)
+		case err == nil:
 			rows = out.Rows()
 		}
 		// Group rows by request so each request is locked once.
@@ -543,6 +564,9 @@ type SchedulerState struct {
 	Sessions int    `json:"sessions"`
 	Policy   string `json:"policy"` // "work-conserving" or "window 5ms"
 	MaxBatch int    `json:"max_batch"`
+	// Packed is true when batches run packed (tokenize.Pack); the curve is then the cost of
+	// rows texts of tokens each, end to end in one row.
+	Packed bool `json:"packed"`
 	// Cost is the learned cost model: its observations, coefficients (milliseconds; c in
 	// units of 64 tokens) and the curve it predicts.
 	Cost struct {
@@ -563,12 +587,13 @@ func (b *Batcher) State() SchedulerState {
 		s.Policy = "window " + b.cfg.MaxQueueDelay.String()
 	}
 	s.MaxBatch = b.cfg.MaxBatchSize
+	s.Packed = b.pack
 	s.Cost.Observations = b.cost.Observations()
 	s.Cost.Coefficients = b.cost.Coefficients()
 	for i, k := range s.Cost.Coefficients {
 		s.Cost.Coefficients[i] = math.Round(k*1e6) / 1e6
 	}
-	s.Cost.Curve = b.cost.Curve(curveRows(b.cfg.MaxBatchSize), CurveTokens)
+	s.Cost.Curve = b.cost.Curve(curveRows(b.cfg.MaxBatchSize), CurveTokens, b.pack)
 	s.Cost.Discount = round3(math.Float64frombits(b.discountBits.Load()))
 	if b.ctl != nil {
 		st := b.ctl.snapshot()

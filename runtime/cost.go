@@ -248,14 +248,16 @@ func solveActive(e normalEq, active [nTerms]bool) ([nTerms]float64, bool) {
 // CostPoint is one point of a learned cost curve.
 type CostPoint struct {
 	Rows       int     `json:"rows"`
-	Tokens     int     `json:"tokens"`       // padded length of every row
+	Tokens     int     `json:"tokens"`       // padded length of every row, or of every packed text
 	Ms         float64 `json:"ms"`           // predicted time of the batch
 	TextsPerS  float64 `json:"texts_per_s"`  // rows / Ms
 	PerTextVs1 float64 `json:"per_text_vs1"` // cost per text relative to a batch of 1
 }
 
-// Curve is the model's prediction at every rows × tokens given, for /info and metrics.
-func (m *CostModel) Curve(rows, tokens []int) []CostPoint {
+// Curve is the model's prediction at every rows × tokens given, for /info and metrics:
+// rows padded rows of tokens each or, packed, rows texts of tokens each end to end in one
+// row.
+func (m *CostModel) Curve(rows, tokens []int, packed bool) []CostPoint {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.n == 0 {
@@ -266,6 +268,9 @@ func (m *CostModel) Curve(rows, tokens []int) []CostPoint {
 		one := m.predict(1, t).Seconds()
 		for _, r := range rows {
 			d := m.predict(r, t).Seconds()
+			if packed {
+				d = m.predict(1, r*t).Seconds()
+			}
 			p := CostPoint{Rows: r, Tokens: t, Ms: round3(d * 1e3)}
 			if d > 0 {
 				p.TextsPerS = round3(float64(r) / d)

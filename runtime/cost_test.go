@@ -114,14 +114,14 @@ func TestCostModelThinData(t *testing.T) {
 
 func TestCostCurve(t *testing.T) {
 	m := runtime.NewCostModel()
-	if m.Curve([]int{1}, []int{16}) != nil {
+	if m.Curve([]int{1}, []int{16}, false) != nil {
 		t.Error("an empty model has a curve")
 	}
 	for rows := 1; rows <= 8; rows *= 2 {
 		m.Observe(rows, 16, gpuCost(rows, 16), true)
 		m.Observe(rows, 64, gpuCost(rows, 64), true)
 	}
-	c := m.Curve([]int{1, 8}, []int{16})
+	c := m.Curve([]int{1, 8}, []int{16}, false)
 	if len(c) != 2 || c[0].PerTextVs1 != 1 || c[1].PerTextVs1 > 0.2 || c[1].TextsPerS < 7*c[0].TextsPerS {
 		t.Errorf("curve %+v: want batch 8 far cheaper per text on a GPU-like cost", c)
 	}

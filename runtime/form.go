@@ -25,6 +25,9 @@ const speedupSlack = 0.05
 // its rows. Counting each row at its own length, rather than texts per second, keeps a long
 // row from looking cheap company for short ones that would have run cheaply alone.
 func (b *Batcher) form() []row {
+	if b.pack {
+		return b.formPacked()
+	}
 	q := b.queue
 	oldest := q[0]
 	if oldest.req.whole {
@@ -108,6 +111,81 @@ func (b *Batcher) form() []row {
 	slices.Sort(take) // back to arrival order
 	batch := make([]row, len(take))
 	for i, j := range take {
+		batch[i] = q[j]
+	}
+	b.queue = slices.DeleteFunc(q, func(w row) bool {
+		return slices.ContainsFunc(batch, func(x row) bool { return x == w })
+	})
+	return batch
+}
+
+// MaxPackTokens bounds a packed batch's row. Attention costs the square of the whole row's
+// length, in time and in memory (heads × tokens² scores per layer), so past a few hundred
+// tokens packing more rows gains nothing the cost model would want.
+const MaxPackTokens = 512
+
+// packLimit is the most tokens a packed batch takes.
+func (b *Batcher) packLimit() int {
+	if b.cfg.MaxBatchTokens > 0 {
+		return min(b.cfg.MaxBatchTokens, MaxPackTokens)
+	}
+	return MaxPackTokens
+}
+
+// formPacked takes the next packed batch (tokenize.Pack): the oldest row, then rows in
+// arrival order (a whole-batch request's own rows only), up to MaxBatchSize rows, packLimit
+// tokens, the controller's batch budget and a fair share of the queue when several sessions
+// are free. A packed batch pads nothing, so which rows go together does not change its cost,
+// only how many tokens it holds: of the nested candidates it takes the one with the highest
+// predicted speed-up, Σ cost(1, len) / cost(1, Σ len), or a smaller one within speedupSlack of
+// it. A whole-batch request takes as many of its rows as the bounds allow.
+func (b *Batcher) formPacked() []row {
+	q := b.queue
+	req := q[0].req
+	limit := b.cfg.MaxBatchSize
+	if !req.whole {
+		limit = min(limit, (len(q)+b.free-1)/b.free)
+	}
+	var runBudget time.Duration
+	if b.ctl != nil && !req.whole {
+		_, runBudget = b.ctl.budgets()
+	}
+	known := b.cost.Observations() > 0
+	take := []int{0}
+	tokens := q[0].len()
+	single := b.cost.Predict(1, tokens)
+	gains := []float64{1}
+	for i := 1; i < len(q) && len(take) < limit; i++ {
+		w := q[i]
+		if req.whole && w.req != req {
+			continue
+		}
+		t := tokens + w.len()
+		if t > b.packLimit() || (runBudget > 0 && known && b.cost.Predict(1, t) > runBudget) {
+			break
+		}
+		take, tokens = append(take, i), t
+		single += b.cost.Predict(1, w.len())
+		gains = append(gains, speedup(b.cost, single, 1, t, known))
+	}
+	n := len(take)
+	if !req.whole {
+		best := 0
+		for i, g := range gains {
+			if g > gains[best] {
+				best = i
+			}
+		}
+		n = best + 1
+		for i := range best {
+			if gains[i] >= (1-speedupSlack)*gains[best] {
+				n = i + 1
+				break
+			}
+		}
+	}
+	batch := make([]row, n)
+	for i, j := range take[:n] {
 		batch[i] = q[j]
 	}
 	b.queue = slices.DeleteFunc(q, func(w row) bool {

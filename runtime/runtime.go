@@ -37,6 +37,24 @@ func (t Tensor) Rows() []Tensor {
 	return rows
 }
 
+// Segments splits a packed batch's output, of shape [1, tokens, ...] (tokenize.Pack), into
+// one tensor per encoding, of shape [lengths[i], ...]. They share t's data.
+func (t Tensor) Segments(lengths []int) []Tensor {
+	size := 1
+	for _, d := range t.Shape[2:] {
+		size *= int(d)
+	}
+	shape := t.Shape[1:]
+	out := make([]Tensor, len(lengths))
+	at := 0
+	for i, n := range lengths {
+		s := append([]int64{int64(n)}, shape[1:]...)
+		out[i] = Tensor{Shape: s, Data: t.Data[at*size : (at+n)*size : (at+n)*size]}
+		at += n
+	}
+	return out
+}
+
 // Runner runs one batch. Implementations must honour ctx cancellation and be safe for
 // concurrent use. Run does not keep b after it returns.
 type Runner interface {
@@ -47,6 +65,13 @@ type Runner interface {
 type Session interface {
 	Runner
 	Close() error
+}
+
+// Packer is a Session that may say it runs packed batches (tokenize.Pack): its graph reads
+// an attention mask that numbers the texts of a row, keeps each text's attention to its own
+// tokens, and answers per token.
+type Packer interface {
+	Packs() bool
 }
 
 // Pool runs batches on a fixed set of sessions, one batch per session at a time. Its size
@@ -74,6 +99,16 @@ func NewPool(sessions []Session) *Pool {
 
 // Size is the number of sessions.
 func (p *Pool) Size() int { return len(p.sessions) }
+
+// Packs reports whether every session runs packed batches.
+func (p *Pool) Packs() bool {
+	for _, s := range p.sessions {
+		if pk, ok := s.(Packer); !ok || !pk.Packs() {
+			return false
+		}
+	}
+	return true
+}
 
 // InUse is the number of sessions running a batch now.
 func (p *Pool) InUse() int { return len(p.sessions) - len(p.free) }

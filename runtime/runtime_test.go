@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -135,5 +136,24 @@ func TestTensorRows(t *testing.T) {
 	}
 	if (runtime.Tensor{Shape: []int64{0, 3}}).Rows() != nil {
 		t.Error("empty tensor has rows")
+	}
+}
+
+func TestTensorSegments(t *testing.T) {
+	// [1, 4 tokens, 2]: texts of 1, 0 and 3 tokens end to end.
+	tt := runtime.Tensor{Shape: []int64{1, 4, 2}, Data: []float32{0, 1, 2, 3, 4, 5, 6, 7}}
+	segs := tt.Segments([]int{1, 0, 3})
+	want := []runtime.Tensor{
+		{Shape: []int64{1, 2}, Data: []float32{0, 1}},
+		{Shape: []int64{0, 2}, Data: []float32{}},
+		{Shape: []int64{3, 2}, Data: []float32{2, 3, 4, 5, 6, 7}},
+	}
+	if len(segs) != len(want) {
+		t.Fatalf("%d segments", len(segs))
+	}
+	for i, s := range segs {
+		if !slices.Equal(s.Shape, want[i].Shape) || !slices.Equal(s.Data, want[i].Data) || cap(s.Data) != len(s.Data) {
+			t.Errorf("segment %d: %+v, want %+v", i, s, want[i])
+		}
 	}
 }

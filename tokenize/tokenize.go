@@ -84,15 +84,19 @@ type Tokenizer interface {
 	Close() error
 }
 
-// Batch is a padded group of encodings in row-major order: Rows × Cols, padded with zeros
-// to the longest row. It is what a runtime.Runner consumes.
+// Batch is a group of encodings in row-major order, what a runtime.Runner consumes: either
+// padded (Pad), Rows × Cols padded with zeros to the longest row, or packed (Pack), one row
+// of every encoding's tokens end to end.
 type Batch struct {
 	Rows, Cols    int
 	InputIDs      []int64
 	AttentionMask []int64
 	TypeIDs       []int64
-	// Lengths are the unpadded lengths of each row.
+	// Lengths are the unpadded lengths of each row or, packed, of each encoding in the row.
 	Lengths []int
+	// Packed is true for Pack's batches: the attention mask numbers the encodings 1, 2, …
+	// instead of marking tokens with 1 and padding with 0.
+	Packed bool
 }
 
 // Tokens is the number of real (unpadded) tokens in the batch.
@@ -128,6 +132,41 @@ func Pad(encs []Encoding) Batch {
 		for j := range e.IDs {
 			b.AttentionMask[row+j] = 1
 		}
+		b.Lengths[i] = e.Len()
+	}
+	return b
+}
+
+// Pack puts encodings end to end into one row with no padding: Rows 1, Cols the sum of their
+// lengths (at least 1, a padding column when every encoding is empty). The attention mask
+// numbers the encodings, 1 for the first one's tokens, 2 for the second's, and so on: a graph
+// built for it (see runtime/ort's packing metadata) lets each token attend to its own
+// encoding's tokens only and restarts positions at each encoding, so every encoding's outputs
+// are what it gets alone, for one run's fixed cost and no padding.
+func Pack(encs []Encoding) Batch {
+	cols := 0
+	for _, e := range encs {
+		cols += e.Len()
+	}
+	cols = max(cols, 1)
+	buf := make([]int64, 3*cols)
+	b := Batch{
+		Rows:          1,
+		Cols:          cols,
+		InputIDs:      buf[:cols:cols],
+		AttentionMask: buf[cols : 2*cols : 2*cols],
+		TypeIDs:       buf[2*cols:],
+		Lengths:       make([]int, len(encs)),
+		Packed:        true,
+	}
+	at := 0
+	for i, e := range encs {
+		copy(b.InputIDs[at:], e.IDs)
+		copy(b.TypeIDs[at:], e.TypeIDs)
+		for j := range e.IDs {
+			b.AttentionMask[at+j] = int64(i + 1)
+		}
+		at += e.Len()
 		b.Lengths[i] = e.Len()
 	}
 	return b

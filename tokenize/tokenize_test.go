@@ -42,6 +42,35 @@ func TestPad(t *testing.T) {
 	}
 }
 
+func TestPack(t *testing.T) {
+	tests := []struct {
+		name          string
+		encs          []tokenize.Encoding
+		cols          int
+		ids, mask, ty []int64
+		lengths       []int
+	}{
+		{"one", []tokenize.Encoding{{IDs: []int64{101, 7, 102}, TypeIDs: []int64{0, 0, 0}}}, 3,
+			[]int64{101, 7, 102}, []int64{1, 1, 1}, []int64{0, 0, 0}, []int{3}},
+		{"end to end, numbered", []tokenize.Encoding{{IDs: []int64{101, 102}}, {IDs: []int64{101, 5, 6, 102}, TypeIDs: []int64{0, 0, 1, 1}}}, 6,
+			[]int64{101, 102, 101, 5, 6, 102}, []int64{1, 1, 2, 2, 2, 2}, []int64{0, 0, 0, 0, 1, 1}, []int{2, 4}},
+		{"an empty encoding takes no column but keeps its number", []tokenize.Encoding{{IDs: []int64{9}}, {}, {IDs: []int64{8}}}, 2,
+			[]int64{9, 8}, []int64{1, 3}, []int64{0, 0}, []int{1, 0, 1}},
+		{"all empty keeps a padding column", []tokenize.Encoding{{}, {}}, 1, []int64{0}, []int64{0}, []int64{0}, []int{0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := tokenize.Pack(tt.encs)
+			if b.Rows != 1 || b.Cols != tt.cols || !b.Packed {
+				t.Fatalf("got %d×%d packed %v, want 1×%d packed", b.Rows, b.Cols, b.Packed, tt.cols)
+			}
+			if !slices.Equal(b.InputIDs, tt.ids) || !slices.Equal(b.AttentionMask, tt.mask) || !slices.Equal(b.TypeIDs, tt.ty) || !slices.Equal(b.Lengths, tt.lengths) {
+				t.Errorf("got ids %v mask %v types %v lengths %v", b.InputIDs, b.AttentionMask, b.TypeIDs, b.Lengths)
+			}
+		})
+	}
+}
+
 func TestTooLongError(t *testing.T) {
 	var err error = &tokenize.TooLongError{Index: 2, Tokens: 300, Max: 256}
 	if !errors.Is(err, tokenize.ErrTooLong) || err.Error() != "tokenize: input 2 has 300 tokens, more than the model's maximum of 256" {

@@ -43,6 +43,7 @@ var fileKeys = []struct{ key, flag string }{
 	{"strict_placement", "strict-placement"},
 	{"batching.max_batch_size", "max-batch"},
 	{"batching.max_batch_tokens", "max-batch-tokens"},
+	{"batching.packing", "packing"},
 	{"batching.max_queue_delay", "max-queue-delay"},
 	{"batching.max_queue_requests", "max-queue-requests"},
 	{"batching.max_queue_tokens", "max-queue-tokens"},

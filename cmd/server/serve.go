@@ -102,6 +102,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.Threads, "threads", c.Threads, "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA")
 	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", c.Batch.MaxBatchSize, "most texts one inference batch takes")
 	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")
+	fs.BoolVar(&c.Batch.Packing, "packing", c.Batch.Packing, "run batched texts end to end in one row, with no padding, on models whose graph declares it (ortserve.packing metadata); false: padded batches")
 	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "opt-in batching window: longest a text waits for others while a session is free; 0: dispatch at once (continuous batching)")
 	fs.Var(sloFlag{&c.Batch.SLO}, "slo", "latency objective, as p95=50ms: hold each version's p95 to it by refusing (429) requests predicted to miss it and capping batch run time; empty: none")
 	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
@@ -155,7 +156,7 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	b := newBackend(env, c, provider, metrics.Observer)
 	b.log = log // placement per version at load (inspect.go)
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
-	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
+	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "packing", c.Batch.Packing, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
 	repo, err := models.OpenSources(c.sources(), b, log)
 	if err != nil {
@@ -286,7 +287,7 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 		pool.Close()
 		return nil, err
 	}
-	if err := pool.Calibrate(context.Background(), calibrationBatches(cfg.MaxBatchSize), calibrationBudget); err != nil {
+	if err := pool.Calibrate(context.Background(), calibrationBatches(cfg.MaxBatchSize, cfg.Packing && pool.Packs()), calibrationBudget); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -306,16 +307,24 @@ const calibrationBudget = 300 * time.Millisecond
 
 // calibrationBatches are the shapes a version's cost model is seeded with, cheapest first:
 // batches of 1, 2, 4, … up to most rows, at two lengths, so that the fit sees both what rows
-// and what padding cost. Pool.Calibrate stops at its budget, so a slow device measures the
-// small shapes and learns the large ones from the batches it serves.
-func calibrationBatches(most int) []tokenize.Batch {
+// and what padding cost; packed, one row of 16, 32, … up to runtime.MaxPackTokens tokens,
+// the only shape packed batches have. Pool.Calibrate stops at its budget, so a slow device
+// measures the small shapes and learns the large ones from the batches it serves.
+func calibrationBatches(most int, packed bool) []tokenize.Batch {
 	type shape struct{ rows, cols int }
 	var shapes []shape
-	for _, cols := range []int{16, 48} {
-		for rows := 1; ; rows *= 2 {
-			shapes = append(shapes, shape{min(rows, most), cols})
-			if rows >= most {
-				break
+	switch {
+	case packed:
+		for cols := 16; cols <= runtime.MaxPackTokens; cols *= 2 {
+			shapes = append(shapes, shape{1, cols})
+		}
+	default:
+		for _, cols := range []int{16, 48} {
+			for rows := 1; ; rows *= 2 {
+				shapes = append(shapes, shape{min(rows, most), cols})
+				if rows >= most {
+					break
+				}
 			}
 		}
 	}

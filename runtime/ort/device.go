@@ -27,6 +27,16 @@ func ParseDevice(s string) (Device, error) {
 	return "", fmt.Errorf("ort: unknown device %q: use auto, cuda or cpu", s)
 }
 
+// PackingKey is the model metadata key (ONNX metadata_props) by which a graph declares that
+// it reads packed batches (tokenize.Pack) when its value is PackingSegments: its
+// attention_mask may number the texts of one row (1, 1, 2, 2, 2, …), each token attends to its
+// own text's tokens only, positions restart at each text, and the output is per token. With
+// a 0/1 mask such a graph is an ordinary encoder. scripts/models/bertonnx.py writes it.
+const (
+	PackingKey      = "ortserve.packing"
+	PackingSegments = "segments"
+)
+
 // Provider is the execution provider a session really runs on.
 type Provider string
 

@@ -105,6 +105,7 @@ type Session struct {
 	output   string
 	outShape ortgo.Shape // -1 for dynamic axes: 0 → rows, 1 → sequence
 	provider Provider
+	packs    bool
 }
 
 var _ runtime.Session = (*Session)(nil)
@@ -128,8 +129,28 @@ func (e *Env) NewSession(path string, o Options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ort: loading %s: %w", path, err)
 	}
-	return &Session{sess: sess, inputs: inputs, output: o.Output, outShape: outShape, provider: o.Provider}, nil
+	packs, err := declaresPacking(sess)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("ort: %s: reading its metadata: %w", path, err), sess.Destroy())
+	}
+	// Packed rows are split per token: only an output of [batch, sequence, hidden] can be.
+	packs = packs && len(outShape) == 3 && outShape[1] < 0
+	return &Session{sess: sess, inputs: inputs, output: o.Output, outShape: outShape, provider: o.Provider, packs: packs}, nil
 }
+
+// declaresPacking reads the model's PackingKey.
+func declaresPacking(sess *ortgo.DynamicAdvancedSession) (bool, error) {
+	md, err := sess.GetModelMetadata()
+	if err != nil {
+		return false, err
+	}
+	v, ok, err := md.LookupCustomMetadataMap(PackingKey)
+	return ok && v == PackingSegments, errors.Join(err, md.Destroy())
+}
+
+// Packs reports whether the session runs packed batches (tokenize.Pack): its graph declares
+// PackingSegments and its output is per token.
+func (s *Session) Packs() bool { return s.packs }
 
 func sessionOptions(o Options) (*ortgo.SessionOptions, error) {
 	opts, err := ortgo.NewSessionOptions()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,18 +49,23 @@ func cpu(output string) ort.Options {
 	return ort.Options{Provider: ort.ProviderCPU, IntraOpThreads: 1, InterOpThreads: 1, Output: output}
 }
 
-// batch is rows × cols of plausible BERT ids: [CLS] 1000+j ... [SEP].
+// batch is rows × cols of plausible BERT ids (encoding), padded.
 func batch(rows, cols int) tokenize.Batch {
 	encs := make([]tokenize.Encoding, rows)
 	for i := range encs {
-		ids := make([]int64, cols)
-		for j := range ids {
-			ids[j] = int64(1000 + (i*7+j)%5000)
-		}
-		ids[0], ids[cols-1] = 101, 102
-		encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, cols)}
+		encs[i] = encoding(i, cols)
 	}
 	return tokenize.Pad(encs)
+}
+
+// encoding is the i-th of a batch's rows of n plausible BERT ids: [CLS] 1000+… [SEP].
+func encoding(i, n int) tokenize.Encoding {
+	ids := make([]int64, n)
+	for j := range ids {
+		ids[j] = int64(1000 + (i*7+j)%5000)
+	}
+	ids[0], ids[n-1] = 101, 102
+	return tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, n)}
 }
 
 func TestSessionRunsRealModels(t *testing.T) {
@@ -285,5 +291,120 @@ func BenchmarkRunAfterIdle(b *testing.B) {
 			})
 		}
 		s.Close()
+	}
+}
+
+// BenchmarkPacking runs the same texts three ways: one run each (alone), one padded batch,
+// and one packed batch (tokenize.Pack: end to end in one row). The texts' lengths cycle
+// through those of short requests like bench's built-in set (p50 18 tokens, a long one of 60).
+// texts/s is the figure; docs/performance.md gives it, pinned with taskset -c 1.
+func BenchmarkPacking(b *testing.B) {
+	lengths := []int{18, 12, 24, 16, 60, 20, 9, 18}
+	for _, v := range []string{"fp32", "int8"} {
+		s, err := env.NewSession(modelFile("minilm", v), cpu("last_hidden_state"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1, 2, 4, 8} {
+			encs := make([]tokenize.Encoding, n)
+			for i := range encs {
+				encs[i] = encoding(i, lengths[i%len(lengths)])
+			}
+			for _, mode := range []string{"alone", "padded", "packed"} {
+				var runs []tokenize.Batch
+				switch mode {
+				case "alone":
+					for i := range encs {
+						runs = append(runs, tokenize.Pad(encs[i:i+1]))
+					}
+				case "padded":
+					runs = []tokenize.Batch{tokenize.Pad(encs)}
+				case "packed":
+					runs = []tokenize.Batch{tokenize.Pack(encs)}
+				}
+				b.Run(fmt.Sprintf("%s/texts=%d/%s", v, n, mode), func(b *testing.B) {
+					for b.Loop() {
+						for _, r := range runs {
+							if _, err := s.Run(context.Background(), r); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "texts/s")
+				})
+			}
+		}
+		s.Close()
+	}
+}
+
+// minilm fp32 and int8 declare packing (bertonnx's numbered attention mask), and in fp32 a
+// text packed with others gets the outputs it gets alone, token for token. int8-static, served
+// padded to keep its answers batch-invariant, and the sentiment graph, whose output is one row
+// per text, do not pack.
+func TestSessionPacks(t *testing.T) {
+	lengths := []int{5, 17, 9, 2}
+	var encs []tokenize.Encoding
+	for i, n := range lengths {
+		encs = append(encs, encoding(i, n))
+	}
+	tests := []struct {
+		model, version, output string
+		packs                  bool
+		maxDiff                float64 // largest |packed − alone| of a token's output
+		minCos                 float64 // of the mean-pooled outputs
+	}{
+		{"minilm", "fp32", "last_hidden_state", true, 1e-4, 0.99999},
+		{"minilm", "int8", "last_hidden_state", true, 0, 0}, // answers move with batch-mates
+		{"minilm", "int8-static", "last_hidden_state", false, 0, 0},
+		{"sentiment", "fp32", "logits", false, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model+"/"+tt.version, func(t *testing.T) {
+			s, err := env.NewSession(modelFile(tt.model, tt.version), cpu(tt.output))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if s.Packs() != tt.packs {
+				t.Fatalf("Packs() = %v, want %v", s.Packs(), tt.packs)
+			}
+			if !tt.packs || tt.minCos == 0 {
+				return
+			}
+			b := tokenize.Pack(encs)
+			out, err := s.Run(t.Context(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Shape[0] != 1 || out.Shape[1] != int64(b.Cols) {
+				t.Fatalf("packed output %v, want [1 %d 384]", out.Shape, b.Cols)
+			}
+			for i, seg := range out.Segments(b.Lengths) {
+				alone, err := s.Run(t.Context(), tokenize.Pad(encs[i:i+1]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var diff, dot, na, nb float64
+				hidden := 384
+				mean := func(d []float32, j int) float64 {
+					var m float64
+					for tok := range lengths[i] {
+						m += float64(d[tok*hidden+j])
+					}
+					return m
+				}
+				for j, x := range alone.Data {
+					diff = max(diff, math.Abs(float64(x-seg.Data[j])))
+				}
+				for j := range hidden {
+					a, p := mean(alone.Data, j), mean(seg.Data, j)
+					dot, na, nb = dot+a*p, na+a*a, nb+p*p
+				}
+				if c := dot / math.Sqrt(na*nb); diff > tt.maxDiff || c < tt.minCos {
+					t.Errorf("text %d (%d tokens): packed vs alone: max |diff| %.3g (want ≤ %g), cosine %.7f (want ≥ %g)", i, lengths[i], diff, tt.maxDiff, c, tt.minCos)
+				}
+			}
+		})
 	}
 }

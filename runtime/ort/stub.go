@@ -46,6 +46,9 @@ func (s *Session) Provider() Provider { return "" }
 // Inputs is empty.
 func (s *Session) Inputs() []string { return nil }
 
+// Packs is false.
+func (s *Session) Packs() bool { return false }
+
 // Run returns ErrNotBuilt.
 func (s *Session) Run(context.Context, tokenize.Batch) (runtime.Tensor, error) {
 	return runtime.Tensor{}, ErrNotBuilt

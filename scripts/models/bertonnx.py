@@ -82,7 +82,7 @@ def _layer_norm(g, x, w, key, name, tname, eps, output=None):
                 f"{name}/LayerNormalization", output=output, axis=-1, epsilon=eps)
 
 
-def _encoder(g, cfg, w, hidden_output):
+def _encoder(g, cfg, w, hidden_output, packing=False):
     eps = float(cfg["layer_norm_eps"])
     heads = cfg["num_attention_heads"]
     size = cfg["hidden_size"] // heads
@@ -97,15 +97,30 @@ def _encoder(g, cfg, w, hidden_output):
     # is what quantize_dynamic quantizes, so int8 treats all three tables alike)
     seq = g.op("Gather", [g.op("Shape", ["input_ids"], f"{e}/Shape"), g.const(1, np.int64)], f"{e}/Gather", axis=0)
     ids = g.op("Range", [g.const(0, np.int64), seq, g.const(1, np.int64)], f"{e}/Range")
+    if packing:
+        # Packed rows: attention_mask numbers the texts of a row (1, 1, 2, 2, 2, 3, ...). A token
+        # attends to the tokens of its own text only, and positions restart at each text's first
+        # token. With a 0/1 mask this is the usual padding mask and positions 0..n-1 for the real
+        # tokens (padding attends to padding only: its outputs are never read).
+        same = g.op("Equal", [g.op("Unsqueeze", ["attention_mask", g.const([2], np.int64)], "/bert/segments/Unsqueeze"),
+                              g.op("Unsqueeze", ["attention_mask", g.const([1], np.int64)], "/bert/segments/Unsqueeze_1")],
+                    "/bert/segments/Equal")
+        first = g.op("ArgMax", [g.op("Cast", [same], "/bert/segments/Cast", to=TensorProto.FLOAT)],
+                     "/bert/segments/ArgMax", axis=2, keepdims=0)
+        ids = g.op("Sub", [ids, first], "/bert/segments/Sub")
     pos = g.op("Gather", [g.weight("bert.embeddings.position_embeddings.weight", w["embeddings.position_embeddings.weight"]),
                           ids], f"{e}/position_embeddings/Gather")
     x = g.op("Add", [x, pos], f"{e}/Add_1")
     x = _layer_norm(g, x, w, "embeddings.LayerNorm", f"{e}/LayerNorm", "bert.embeddings.LayerNorm", eps)
 
-    m = g.op("Unsqueeze", ["attention_mask", g.const([1, 2], np.int64)], "/bert/Unsqueeze")
-    m = g.op("Cast", [m], "/bert/Cast", to=TensorProto.FLOAT)
-    m = g.op("Sub", [g.const(1.0), m], "/bert/Sub")
-    mask = g.op("Mul", [m, g.const(np.finfo(np.float32).min)], "/bert/Mul")
+    if packing:
+        mask = g.op("Where", [same, g.const(0.0), g.const(np.finfo(np.float32).min)], "/bert/segments/Where")
+        mask = g.op("Unsqueeze", [mask, g.const([1], np.int64)], "/bert/Unsqueeze")  # [batch, 1, query, key]
+    else:
+        m = g.op("Unsqueeze", ["attention_mask", g.const([1, 2], np.int64)], "/bert/Unsqueeze")
+        m = g.op("Cast", [m], "/bert/Cast", to=TensorProto.FLOAT)
+        m = g.op("Sub", [g.const(1.0), m], "/bert/Sub")
+        mask = g.op("Mul", [m, g.const(np.finfo(np.float32).min)], "/bert/Mul")
 
     heads_shape = g.const([0, 0, heads, size], np.int64)
     hidden_shape = g.const([0, 0, heads * size], np.int64)
@@ -171,13 +186,15 @@ def _pooler_classifier(g, h, w):
                 output="logits", transB=1)
 
 
-def build(cfg, w, head=None, head_weight=None, head_bias=None):
+def build(cfg, w, head=None, head_weight=None, head_bias=None, packing=False):
     """The ModelProto. head None: output last_hidden_state [batch, sequence, hidden];
     "sentiment": mean pool + normalize + head_weight [labels, hidden] / head_bias [labels] ->
     logits [batch, labels]; "cross-encoder": w's pooler and classifier (classifier.weight [1,
     hidden]) -> logits [batch, 1]."""
     g = _Graph()
-    h = _encoder(g, cfg, w, "last_hidden_state" if head is None else None)
+    if packing and head is not None:
+        raise ValueError("packing: only the encoder alone (head None) reads its output per token")
+    h = _encoder(g, cfg, w, "last_hidden_state" if head is None else None, packing)
     if head is None:
         out = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
                                             ["batch", "sequence", cfg["hidden_size"]])
@@ -193,8 +210,21 @@ def build(cfg, w, head=None, head_weight=None, head_bias=None):
     graph = helper.make_graph(g.nodes, "main_graph", inputs, [out], initializer=g.inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name=PRODUCER,
                           ir_version=IR_VERSION)
+    if packing:
+        stamp_packing(m)
     onnx.checker.check_model(m)
     return m
+
+
+PACKING_KEY, PACKING_VALUE = "ortserve.packing", "segments"
+
+
+def stamp_packing(m):
+    """Declare, in the model's metadata, that its attention_mask may number several texts packed
+    into one row (see _encoder): ortserve then runs queued texts as one row with no padding. The
+    quantizers do not all keep metadata, so build.py stamps every variant it writes."""
+    if not any(p.key == PACKING_KEY for p in m.metadata_props):
+        onnx.helper.set_model_props(m, {**{p.key: p.value for p in m.metadata_props}, PACKING_KEY: PACKING_VALUE})
 
 
 def save(model, path):

@@ -118,6 +118,25 @@ def run_groups(sess, tok, texts, groups, output, probabilities=False):
     return np.stack(out)
 
 
+def run_packed(sess, tok, texts, groups):
+    """Mean-pooled, normalized last_hidden_state of texts run packed: each group of indices end
+    to end in one row, attention_mask numbering the texts 1, 2, ... (bertonnx's packing graphs;
+    what the Go side's tokenize.Pack feeds). Per-text results in texts' order."""
+    out = [None] * len(texts)
+    for idx in groups:
+        encs = tok.encode_batch([texts[i] for i in idx])
+        ids = np.concatenate([e.ids for e in encs]).astype(np.int64)[None]
+        types = np.concatenate([e.type_ids for e in encs]).astype(np.int64)[None]
+        seg = np.concatenate([np.full(len(e.ids), j + 1) for j, e in enumerate(encs)]).astype(np.int64)[None]
+        (h,) = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": seg, "token_type_ids": types})
+        at = 0
+        for j, i in enumerate(idx):
+            n = len(encs[j].ids)
+            out[i] = mean_pool_normalize(h[:, at:at + n], np.ones((1, n), np.int64))[0]
+            at += n
+    return np.stack(out)
+
+
 def mean_pool_normalize(hidden, mask):
     """sentence-transformers Pooling(mean) + Normalize, in float64."""
     h = hidden.astype(np.float64)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import cosine_rows, encode_batch, load_tokenizer, run_groups
+from common import cosine_rows, encode_batch, load_tokenizer, run_groups, run_packed
 
 CALIB_SPLIT = "train"
 CALIB_TEXTS = 400
@@ -150,4 +150,16 @@ def batch_invariance(sess, tok, texts, output, sizes=(8, 32)):
         if output != "last_hidden_state":
             r[size]["max_abs_dp"] = float(np.abs(alone - got).max())
             r[size]["label_flips"] = int((alone.argmax(1) != got.argmax(1)).sum())
+    return r
+
+
+def packed_invariance(sess, tok, texts, sizes=(8, 32)):
+    """As batch_invariance for minilm, with each group packed end to end in one row
+    (common.run_packed) instead of padded: {size: {"cos_min", "cos_p01"}}."""
+    alone = run_groups(sess, tok, texts, [[i] for i in range(len(texts))], "last_hidden_state")
+    r = {}
+    for size in sizes:
+        got = run_packed(sess, tok, texts, mixed_groups(len(texts), size))
+        c = cosine_rows(alone, got)
+        r[size] = {"cos_min": float(c.min()), "cos_p01": float(np.percentile(c, 1))}
     return r
