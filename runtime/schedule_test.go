@@ -86,22 +86,12 @@ func TestBatcherFollowsTheCostCurve(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b, f, obs := calibrated(t, runtime.DefaultBatchConfig(), tc.cost)
 				defer b.Close()
-				var wg sync.WaitGroup
-				wg.Go(func() { b.Execute(t.Context(), []tokenize.Encoding{enc(0, 128)}) }) // busy
-				synctest.Wait()
-				for i, n := range tc.lengths {
-					wg.Go(func() {
-						out, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i+1), n)})
-						if err != nil || out[0].Data[0] != float32(i+1) {
-							t.Errorf("request %d: %v %v", i, out, err)
-						}
-					})
-					synctest.Wait()
-				}
-				wg.Wait()
-				obs.mu.Lock()
-				got := fmt.Sprint(obs.batches[1:])
-				obs.mu.Unlock()
+				got := queueBehindBusy(t, b, obs, tc.lengths, func(i, _ int, out []runtime.Tensor) error {
+					if out[0].Data[0] != float32(i+1) {
+						return fmt.Errorf("got %v", out)
+					}
+					return nil
+				})
 				if got != tc.want {
 					t.Errorf("batches %s, want %s (shapes %v)", got, tc.want, f.shapes[1:])
 				}
@@ -113,6 +103,32 @@ func TestBatcherFollowsTheCostCurve(t *testing.T) {
 			})
 		})
 	}
+}
+
+// queueBehindBusy keeps b's one session busy with a long row, then queues one request a
+// length, each one row whose first id is its number (1, 2, …), and checks each answer with
+// check. It returns the batches formed after the busy one, in rows.
+func queueBehindBusy(t *testing.T, b *runtime.Batcher, obs *countingObserver, lengths []int, check func(i, n int, out []runtime.Tensor) error) string {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() { b.Execute(t.Context(), []tokenize.Encoding{enc(0, 128)}) }) // busy
+	synctest.Wait()
+	for i, n := range lengths {
+		wg.Go(func() {
+			out, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i+1), n)})
+			if err == nil {
+				err = check(i, n, out)
+			}
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		})
+		synctest.Wait()
+	}
+	wg.Wait()
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	return fmt.Sprint(obs.batches[1:])
 }
 
 func repeat(n, v int) []int {
@@ -491,28 +507,17 @@ func TestBatcherPacks(t *testing.T) {
 				f.mu.Lock()
 				f.shapes = nil
 				f.mu.Unlock()
-				var wg sync.WaitGroup
-				wg.Go(func() { b.Execute(t.Context(), []tokenize.Encoding{enc(0, 128)}) }) // busy
-				synctest.Wait()
-				for i, n := range tc.lengths {
-					wg.Go(func() {
-						out, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i+1), n)})
-						if err != nil || len(out) != 1 || out[0].Shape[0] != int64(n) || out[0].Data[0] != float32(i+1) {
-							t.Errorf("request %d: %v %v", i, out, err)
-							return
+				got := queueBehindBusy(t, b, obs, tc.lengths, func(i, n int, out []runtime.Tensor) error {
+					if len(out) != 1 || out[0].Shape[0] != int64(n) || out[0].Data[0] != float32(i+1) {
+						return fmt.Errorf("got %v", out)
+					}
+					for tok := range n { // every token of the text, and no other's
+						if seg := out[0].Data[2*tok+1]; seg != out[0].Data[1] {
+							return fmt.Errorf("token %d from text %v, token 0 from %v", tok, seg, out[0].Data[1])
 						}
-						for tok := range n { // every token of the text, and no other's
-							if seg := out[0].Data[2*tok+1]; seg != out[0].Data[1] {
-								t.Errorf("request %d: token %d from text %v, token 0 from %v", i, tok, seg, out[0].Data[1])
-							}
-						}
-					})
-					synctest.Wait()
-				}
-				wg.Wait()
-				obs.mu.Lock()
-				got := fmt.Sprint(obs.batches[1:])
-				obs.mu.Unlock()
+					}
+					return nil
+				})
 				if got != tc.want {
 					t.Errorf("batches %s, want %s (shapes %v)", got, tc.want, f.shapes[1:])
 				}

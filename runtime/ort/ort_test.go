@@ -45,6 +45,17 @@ func modelFile(name, version string) string {
 	return filepath.Join(os.Getenv("ORTSERVE_MODELS"), name, version+".onnx")
 }
 
+// open is a CPU session on a version of the repository's model, closed when t ends.
+func open(t *testing.T, model, version, output string) *ort.Session {
+	t.Helper()
+	s, err := env.NewSession(modelFile(model, version), cpu(output))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func cpu(output string) ort.Options {
 	return ort.Options{Provider: ort.ProviderCPU, IntraOpThreads: 1, InterOpThreads: 1, Output: output}
 }
@@ -80,11 +91,7 @@ func TestSessionRunsRealModels(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.model+"/"+tt.version, func(t *testing.T) {
-			s, err := env.NewSession(modelFile(tt.model, tt.version), cpu(tt.output))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := open(t, tt.model, tt.version, tt.output)
 			if s.Provider() != ort.ProviderCPU {
 				t.Errorf("provider %s", s.Provider())
 			}
@@ -361,11 +368,7 @@ func TestSessionPacks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.model+"/"+tt.version, func(t *testing.T) {
-			s, err := env.NewSession(modelFile(tt.model, tt.version), cpu(tt.output))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := open(t, tt.model, tt.version, tt.output)
 			if s.Packs() != tt.packs {
 				t.Fatalf("Packs() = %v, want %v", s.Packs(), tt.packs)
 			}
