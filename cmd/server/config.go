@@ -401,6 +401,7 @@ func (l *loader) validate() {
 	atLeast(1, "max-batch", int64(c.Batch.MaxBatchSize))
 	atLeast(0, "max-batch-tokens", int64(c.Batch.MaxBatchTokens))
 	check(c.Batch.MaxQueueDelay >= 0, "max-queue-delay", "must be ≥ 0")
+	check(c.Packing == "auto" || c.Packing == "on" || c.Packing == "off", "packing", "want auto, on or off")
 	atLeast(1, "max-queue-requests", int64(c.Batch.MaxQueueRequests))
 	atLeast(1, "max-queue-tokens", int64(c.Batch.MaxQueueTokens))
 	atLeast(1, "max-body-bytes", c.HTTP.MaxBodyBytes)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortserve/ortserve/runtime/ort"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -135,6 +136,7 @@ func TestServeConfigErrors(t *testing.T) {
 			`line 5: limits.request_timeout -1s: must be ≥ 0`,
 		}},
 		{"bad device", "device: tpu\n", nil, nil, []string{`line 1: device "tpu": unknown device "tpu": use auto, cuda or cpu`}},
+		{"bad packing", "batching:\n  packing: yes\n", nil, nil, []string{`line 2: batching.packing "yes": want auto, on or off`}},
 		{"bad listen", "listen: localhost\n", nil, nil, []string{`line 1: listen "localhost": want host:port`}},
 		{"section not a mapping", "limits: 5\n", nil, nil, []string{`line 1: limits must be a mapping`}},
 		{"value not a scalar", "listen: [a, b]\n", nil, nil, []string{`line 1: listen must be a single value`}},
@@ -329,5 +331,23 @@ func TestServeAPIKeys(t *testing.T) {
 	}
 	if !slices.Equal(c.HTTP.AuthExempt, []string{"health", "metrics"}) || !slices.Equal(c.HTTP.AllowedHosts, []string{"localhost", "Embed.Example"}) {
 		t.Errorf("exempt %q, hosts %q", c.HTTP.AuthExempt, c.HTTP.AllowedHosts)
+	}
+}
+
+// --packing auto packs on the CPU only; on and off hold on every provider.
+func TestPackingOn(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		provider ort.Provider
+		want     bool
+	}{
+		{"auto", ort.ProviderCPU, true},
+		{"auto", ort.ProviderCUDA, false},
+		{"on", ort.ProviderCUDA, true},
+		{"off", ort.ProviderCPU, false},
+	} {
+		if got := packingOn(tc.mode, tc.provider); got != tc.want {
+			t.Errorf("packingOn(%q, %s) = %v, want %v", tc.mode, tc.provider, got, tc.want)
+		}
 	}
 }

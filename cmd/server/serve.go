@@ -42,6 +42,9 @@ type serveConfig struct {
 	Sessions int // per model version; 0: one per core on CPU, 1 on CUDA
 	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
 	Batch    runtime.BatchConfig
+	// Packing is auto, on or off: whether Batch.Packing is set, auto on the CPU only
+	// (packingOn).
+	Packing string
 	// Grace bounds everything after SIGTERM, DrainDelay included (frontEnd.shutdown).
 	Grace      time.Duration
 	DrainDelay time.Duration
@@ -74,15 +77,16 @@ func cacheDir() string {
 func defaultServeConfig() serveConfig {
 	cache := cacheDir()
 	return serveConfig{
-		Addr:   "127.0.0.1:8080",
-		Models: filepath.Join(cache, "models", "current"),
-		ORTLib: filepath.Join(cache, "ort", "1.29.0", "libonnxruntime.so.1"),
-		Device: "auto",
-		Batch:  runtime.DefaultBatchConfig(),
-		Grace:  30 * time.Second,
-		Reload: 5 * time.Second,
-		HTTP:   server.DefaultConfig(),
-		Conn:   defaultConnConfig(),
+		Addr:    "127.0.0.1:8080",
+		Models:  filepath.Join(cache, "models", "current"),
+		ORTLib:  filepath.Join(cache, "ort", "1.29.0", "libonnxruntime.so.1"),
+		Device:  "auto",
+		Batch:   runtime.DefaultBatchConfig(),
+		Packing: "auto",
+		Grace:   30 * time.Second,
+		Reload:  5 * time.Second,
+		HTTP:    server.DefaultConfig(),
+		Conn:    defaultConnConfig(),
 	}
 }
 
@@ -102,7 +106,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.Threads, "threads", c.Threads, "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA")
 	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", c.Batch.MaxBatchSize, "most texts one inference batch takes")
 	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")
-	fs.BoolVar(&c.Batch.Packing, "packing", c.Batch.Packing, "run batched texts end to end in one row, with no padding, on models whose graph declares it (ortserve.packing metadata); false: padded batches")
+	fs.StringVar(&c.Packing, "packing", c.Packing, "auto, on or off: run batched texts end to end in one row, with no padding, on models whose graph declares it (ortserve.packing metadata); auto: on the CPU only")
 	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "opt-in batching window: longest a text waits for others while a session is free; 0: dispatch at once (continuous batching)")
 	fs.Var(sloFlag{&c.Batch.SLO}, "slo", "latency objective, as p95=50ms: hold each version's p95 to it by refusing (429) requests predicted to miss it and capping batch run time; empty: none")
 	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
@@ -156,7 +160,7 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	b := newBackend(env, c, provider, metrics.Observer)
 	b.log = log // placement per version at load (inspect.go)
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
-	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "packing", c.Batch.Packing, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
+	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "packing", c.Packing, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
 	repo, err := models.OpenSources(c.sources(), b, log)
 	if err != nil {
@@ -255,7 +259,22 @@ func newBackend(env *ort.Env, c serveConfig, p ort.Provider, observe func(model,
 		b.sessions = 1
 	}
 	b.opts = ort.Options{Provider: p, DeviceID: c.DeviceID, IntraOpThreads: b.threads, InterOpThreads: 1, Strict: c.Strict}
+	b.batch.Packing = packingOn(c.Packing, p)
 	return b
+}
+
+// packingOn resolves --packing for provider p. auto packs on the CPU only: there a run's
+// fixed cost, which packing shares, is a large part of a short text's (docs/batching.md), and
+// a packed row's bound of runtime.MaxPackTokens costs nothing; on CUDA padded batches may grow
+// far larger, and packing there has not been measured.
+func packingOn(mode string, p ort.Provider) bool {
+	switch mode {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return p == ort.ProviderCPU
 }
 
 func (b *backend) Device() string {
