@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/tokenize"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -349,5 +351,24 @@ func TestPackingOn(t *testing.T) {
 		if got := packingOn(tc.mode, tc.provider); got != tc.want {
 			t.Errorf("packingOn(%q, %s) = %v, want %v", tc.mode, tc.provider, got, tc.want)
 		}
+	}
+}
+
+// A version's cost model is seeded with the shapes its batches will have: padded rows × tokens
+// up to the max batch, or, packed, one row of up to runtime.MaxPackTokens tokens; cheapest
+// first, since calibration stops at its budget.
+func TestCalibrationBatches(t *testing.T) {
+	shapes := func(bs []tokenize.Batch) string {
+		var s []string
+		for _, b := range bs {
+			s = append(s, fmt.Sprintf("%dx%d", b.Rows, b.Cols))
+		}
+		return strings.Join(s, " ")
+	}
+	if got, want := shapes(calibrationBatches(4, false)), "1x16 2x16 1x48 4x16 2x48 4x48"; got != want {
+		t.Errorf("padded: %s, want %s", got, want)
+	}
+	if got, want := shapes(calibrationBatches(32, true)), "1x16 1x32 1x64 1x128 1x256 1x512"; got != want {
+		t.Errorf("packed: %s, want %s", got, want)
 	}
 }
