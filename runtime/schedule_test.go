@@ -555,3 +555,77 @@ func TestBatcherPacksOnlyWhereAllowed(t *testing.T) {
 		})
 	}
 }
+
+// builtinLengths are the token counts of bench's built-in texts (bench/sentences.txt) under
+// minilm's tokenizer: p50 18, mean 20.8, max 81.
+var builtinLengths = []int{13,19,9,17,18,18,20,18,7,12,20,74,14,8,15,15,6,19,23,17,17,8,14,78,19,19,14,18,22,15,18,19,5,21,16,14,22,18,19,22,16,14,20,19,20,20,5,15,81,16,16,19,16,21,19,14,21,14,6,21,17,15,14,12,22,16,19,23,20,13,74,8,20,20,12,18,18,15,18,19,18,15,7,15,18,20,15,19,21,22,14,16,80,17,21,16,15,19,17,11,17,18,19,16,13,19,15,13,6,16,19,20,79,16,17,11,19,13,20,17,21,18,18,18,19,6,18,14,22,12,18,16,21,14,80,20,21,17,13,15,19,14,17,20,17,16,19,14,14,13,11,24,17,12,13,17,19,20,17,19,17,78,17,15,18,20,13,14,19,6,14,18,20,19,17,16,20,23,14,21,80,15,20,17,12,15,19,18,33,35,27,31,29,31,29,27,60,60,58,58,52}
+
+// fittedCPU is the cost curve /info showed for minilm fp32 on one core of the project's
+// machine (docs/batching.md): a 3.49 ms fixed part, 15.8 ms per 64 tokens a row, and
+// attention's 1.37 ms per (64 tokens)².
+func fittedCPU(rows, cols int) time.Duration {
+	c := float64(cols) / 64
+	return time.Duration((3.49 + float64(rows)*(15.8*c+1.37*c*c)) * float64(time.Millisecond))
+}
+
+// On that curve, with bench's texts arriving one a request as a Poisson process at 75% and
+// 90% of the batch-1 capacity, packed batches give a lower p95 than padded ones: the server
+// alone, with no HTTP, on a fake clock (the figures are in docs/performance.md).
+func TestPackingLowersTheTailUnderLoad(t *testing.T) {
+	for _, rho := range []float64{0.75, 0.9} {
+		p95 := map[bool]time.Duration{}
+		for _, pack := range []bool{false, true} {
+			synctest.Test(t, func(t *testing.T) {
+				var s runtime.Session = &fakeSession{cost: fittedCPU}
+				var grid []tokenize.Batch
+				if pack {
+					s = &packingSession{fakeSession{cost: fittedCPU}}
+					for cols := 16; cols <= runtime.MaxPackTokens; cols *= 2 {
+						grid = append(grid, tokenize.Pack([]tokenize.Encoding{enc(0, cols)}))
+					}
+				} else {
+					for _, cols := range []int{16, 48} {
+						for rows := 1; rows <= 32; rows *= 2 {
+							grid = append(grid, tokenize.Pad(slices.Repeat([]tokenize.Encoding{enc(0, cols)}, rows)))
+						}
+					}
+				}
+				pool := runtime.NewPool([]runtime.Session{s})
+				if err := pool.Calibrate(t.Context(), grid, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				b := runtime.NewBatcher(runtime.DefaultBatchConfig(), pool, nil)
+				defer b.Close()
+				var mean time.Duration
+				for _, l := range builtinLengths {
+					mean += fittedCPU(1, l)
+				}
+				mean /= time.Duration(len(builtinLengths))
+				rng := rand.New(rand.NewPCG(1, 2))
+				var mu sync.Mutex
+				var lat []time.Duration
+				var wg sync.WaitGroup
+				for i := range 10000 {
+					time.Sleep(time.Duration(rng.ExpFloat64() * float64(mean) / rho))
+					n := builtinLengths[rng.IntN(len(builtinLengths))]
+					wg.Go(func() {
+						start := time.Now()
+						if _, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i), n)}); err != nil {
+							t.Error(err)
+						}
+						mu.Lock()
+						lat = append(lat, time.Since(start))
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+				slices.Sort(lat)
+				p95[pack] = lat[len(lat)*95/100]
+			})
+		}
+		t.Logf("Poisson at %.0f%% of batch-1 capacity: p95 %v padded, %v packed", 100*rho, p95[false].Round(100*time.Microsecond), p95[true].Round(100*time.Microsecond))
+		if p95[true] >= p95[false] {
+			t.Errorf("at %.0f%%: packed p95 %v, not under padded %v", 100*rho, p95[true], p95[false])
+		}
+	}
+}
