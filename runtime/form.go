@@ -94,19 +94,11 @@ func (b *Batcher) form() []row {
 		single += b.cost.Predict(1, q[idx[next]].len())
 		cands = append(cands, cand{lo, hi, speedup(b.cost, single, rows, l, known)})
 	}
-	best := 0
+	gains := make([]float64, len(cands))
 	for i, c := range cands {
-		if c.gain > cands[best].gain {
-			best = i
-		}
+		gains[i] = c.gain
 	}
-	pick := cands[best]
-	for _, c := range cands[:best] {
-		if c.gain >= (1-speedupSlack)*cands[best].gain {
-			pick = c
-			break
-		}
-	}
+	pick := cands[choose(gains)]
 	take := idx[pick.lo:pick.hi]
 	slices.Sort(take) // back to arrival order
 	batch := make([]row, len(take))
@@ -133,7 +125,8 @@ func (b *Batcher) packLimit() int {
 }
 
 // formPacked takes the next packed batch (tokenize.Pack): the oldest row, then rows in
-// arrival order (a whole-batch request's own rows only), up to MaxBatchSize rows, packLimit
+// arrival order (a whole-batch request's own rows only, which queue together), up to
+// MaxBatchSize rows, packLimit
 // tokens, the controller's batch budget and a fair share of the queue when several sessions
 // are free. A packed batch pads nothing, so which rows go together does not change its cost,
 // only how many tokens it holds: of the nested candidates it takes the one with the highest
@@ -151,47 +144,43 @@ func (b *Batcher) formPacked() []row {
 		_, runBudget = b.ctl.budgets()
 	}
 	known := b.cost.Observations() > 0
-	take := []int{0}
-	tokens := q[0].len()
+	// The candidates are the queue's first n rows: n = len(gains).
+	tokens, limitTokens := q[0].len(), b.packLimit()
 	single := b.cost.Predict(1, tokens)
 	gains := []float64{1}
-	for i := 1; i < len(q) && len(take) < limit; i++ {
-		w := q[i]
-		if req.whole && w.req != req {
-			continue
-		}
+	for _, w := range q[1:min(len(q), limit)] {
 		t := tokens + w.len()
-		if t > b.packLimit() || (runBudget > 0 && known && b.cost.Predict(1, t) > runBudget) {
+		if (req.whole && w.req != req) || t > limitTokens || (runBudget > 0 && known && b.cost.Predict(1, t) > runBudget) {
 			break
 		}
-		take, tokens = append(take, i), t
+		tokens = t
 		single += b.cost.Predict(1, w.len())
 		gains = append(gains, speedup(b.cost, single, 1, t, known))
 	}
-	n := len(take)
+	n := len(gains)
 	if !req.whole {
-		best := 0
-		for i, g := range gains {
-			if g > gains[best] {
-				best = i
-			}
-		}
-		n = best + 1
-		for i := range best {
-			if gains[i] >= (1-speedupSlack)*gains[best] {
-				n = i + 1
-				break
-			}
-		}
+		n = choose(gains) + 1
 	}
-	batch := make([]row, n)
-	for i, j := range take[:n] {
-		batch[i] = q[j]
-	}
-	b.queue = slices.DeleteFunc(q, func(w row) bool {
-		return slices.ContainsFunc(batch, func(x row) bool { return x == w })
-	})
+	batch := slices.Clone(q[:n])
+	b.queue = slices.Delete(q, 0, n)
 	return batch
+}
+
+// choose picks among nested candidate batches, smallest first, by their predicted speed-ups:
+// the highest, or the first (smallest) within speedupSlack of it.
+func choose(gains []float64) int {
+	best := 0
+	for i, g := range gains {
+		if g > gains[best] {
+			best = i
+		}
+	}
+	for i, g := range gains[:best] {
+		if g >= (1-speedupSlack)*gains[best] {
+			return i
+		}
+	}
+	return best
 }
 
 // formWhole takes the oldest request's rows, in order, up to MaxBatchSize rows and

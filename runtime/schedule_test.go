@@ -639,3 +639,37 @@ func TestPackingLowersTheTailUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// Packed, a whole-batch request still goes as its own rows, split only by the bounds: here
+// MaxPackTokens (5 rows of 100 tokens, then 1), though on a curve with no fixed cost the
+// batcher would otherwise run them one by one.
+func TestBatcherWholeBatchPacked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &packingSession{fakeSession{cost: packedCost(0, 100*time.Microsecond)}}
+		pool := runtime.NewPool([]runtime.Session{f})
+		if err := pool.Calibrate(t.Context(), []tokenize.Batch{tokenize.Pack([]tokenize.Encoding{enc(0, 16)}), tokenize.Pack([]tokenize.Encoding{enc(0, 256)})}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		obs := &countingObserver{}
+		b := runtime.NewBatcher(runtime.DefaultBatchConfig(), pool, obs)
+		defer b.Close()
+		encs := make([]tokenize.Encoding, 6)
+		for i := range encs {
+			encs[i] = enc(int64(i+1), 100)
+		}
+		out, _, err := b.Execute(runtime.WithWholeBatch(t.Context()), encs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			if o.Data[0] != float32(i+1) {
+				t.Errorf("row %d got text %v", i, o.Data[0])
+			}
+		}
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if got := fmt.Sprint(obs.batches); got != "[5 1]" {
+			t.Errorf("batches %s, want [5 1]", got)
+		}
+	})
+}

@@ -255,7 +255,7 @@ func BenchmarkSession(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, rows := range []int{1, 8, 32} {
-			for _, cols := range []int{16, 64} {
+			for _, cols := range []int{1, 16, 18, 64} {
 				bt := batch(rows, cols)
 				b.Run(fmt.Sprintf("%s/batch=%d/seq=%d", v, rows, cols), func(b *testing.B) {
 					b.ReportAllocs()
