@@ -13,6 +13,7 @@ import (
 	ortgo "github.com/yalue/onnxruntime_go"
 
 	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/tokenize"
 )
 
@@ -180,22 +181,25 @@ func sessionOptions(o Options) (*ortgo.SessionOptions, error) {
 }
 
 // inspect reads the model's signature: the inputs to bind, in the model's order, and the
-// shape of the output with its dynamic axes.
+// shape of the output with its dynamic axes (-1). It reads the file with the pure ONNX
+// reader, streaming past the weights: asking ONNX Runtime instead builds a whole session
+// (graph optimisation included) only to read the names, which cost as much CPU as the
+// session itself at every start-up.
 func inspect(path, output string) ([]string, ortgo.Shape, error) {
-	ins, outs, err := ortgo.GetInputOutputInfo(path)
+	m, err := onnx.ReadModel(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ort: loading %s: %w", path, err)
 	}
 	var names []string
 	has := map[string]bool{}
-	for _, in := range ins {
+	for _, in := range m.Inputs {
 		switch in.Name {
 		case InputIDs, AttentionMask, TokenTypeIDs:
 		default:
 			return nil, nil, fmt.Errorf("ort: %s has unexpected input %q: ortserve feeds only %s, %s and %s", path, in.Name, InputIDs, AttentionMask, TokenTypeIDs)
 		}
-		if in.DataType != ortgo.TensorElementDataTypeInt64 || len(in.Dimensions) != 2 {
-			return nil, nil, fmt.Errorf("ort: %s input %q is %s %v: want int64 [batch, sequence]", path, in.Name, in.DataType, in.Dimensions)
+		if in.Type != "int64" || len(in.Shape) != 2 {
+			return nil, nil, fmt.Errorf("ort: %s input %q is %s %s: want int64 [batch, sequence]", path, in.Name, in.Type, onnx.ShapeString(in.Shape))
 		}
 		names = append(names, in.Name)
 		has[in.Name] = true
@@ -204,15 +208,21 @@ func inspect(path, output string) ([]string, ortgo.Shape, error) {
 		return nil, nil, fmt.Errorf("ort: %s lacks input %q or %q: is it a transformer encoder?", path, InputIDs, AttentionMask)
 	}
 	var found []string
-	for _, out := range outs {
+	for _, out := range m.Outputs {
 		if out.Name != output {
 			found = append(found, out.Name)
 			continue
 		}
-		if out.DataType != ortgo.TensorElementDataTypeFloat {
-			return nil, nil, fmt.Errorf("ort: %s output %q is %s: ortserve reads float32 outputs (convert fp16 models with keep_io_types)", path, output, out.DataType)
+		if out.Type != "float32" {
+			return nil, nil, fmt.Errorf("ort: %s output %q is %s: ortserve reads float32 outputs (convert fp16 models with keep_io_types)", path, output, out.Type)
 		}
-		shape := out.Dimensions.Clone()
+		shape := make(ortgo.Shape, len(out.Shape))
+		for i, d := range out.Shape {
+			shape[i] = -1
+			if d.Fixed() {
+				shape[i] = d.Value
+			}
+		}
 		if len(shape) < 2 || len(shape) > 3 {
 			return nil, nil, fmt.Errorf("ort: %s output %q has shape %v: want [batch, n] or [batch, sequence, hidden]", path, output, shape)
 		}
