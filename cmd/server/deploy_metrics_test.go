@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +25,7 @@ import (
 // --slo, answers a request, and is made to refuse some: one session, a queue bound of one
 // request, and bursts of concurrent requests until one is refused with 429.
 func TestDeployMetricsServed(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../../deploy/metrics.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -36,25 +36,7 @@ func TestDeployMetricsServed(t *testing.T) {
 	}
 
 	// One model version, so that the server starts in a second: minilm's fp32.
-	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm")
-	cfg, err := os.ReadFile(filepath.Join(src, "model.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "minilm")
-	os.Mkdir(dir, 0o755)
-	yaml := string(cfg)
-	i := strings.Index(yaml, "versions:")
-	if i < 0 {
-		t.Fatalf("minilm/model.yaml has no versions:\n%s", yaml)
-	}
-	os.WriteFile(filepath.Join(dir, "model.yaml"), []byte(yaml[:i]+"versions:\n  fp32: {file: fp32.onnx}\n"), 0o644)
-	for _, f := range []string{"tokenizer.json", "fp32.onnx"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	url := startServer(t, "--models", filepath.Dir(dir), "--slo", "p95=10s", "--sessions", "1", "--max-queue-requests", "1", "--reload-interval", "0s")
+	url := startServer(t, "--models", versionRepo(t, "minilm", "fp32"), "--slo", "p95=10s", "--sessions", "1", "--max-queue-requests", "1", "--reload-interval", "0s")
 
 	if resp := postJSON(t, url+"/embed", map[string]any{"inputs": "hello world"}, nil); resp.StatusCode != 200 {
 		t.Fatalf("/embed: %d", resp.StatusCode)

@@ -105,7 +105,7 @@ func TestServeHFLayouts(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join(os.Getenv("ORTSERVE_MODELS"), "layouts")
 	embedders := minilmLayouts(t, root)
-	repo := minilmOnly(t)
+	repo := versionRepo(t, "minilm", "fp32")
 	if err := os.Symlink(filepath.Join(os.Getenv("ORTSERVE_MODELS"), "reranker"), filepath.Join(repo, "reranker")); err != nil {
 		t.Fatal(err)
 	}

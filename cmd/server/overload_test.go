@@ -44,7 +44,7 @@ const (
 // sentence per request and the next as soon as an answer comes, 429s included, offer two
 // bursts of 3 s.
 func TestOverload(t *testing.T) {
-	srv := startChild(t, "--models", minilmOnly(t), "--device", "cpu",
+	srv := startChild(t, "--models", versionRepo(t, "minilm", "int8"), "--device", "cpu",
 		"--max-queue-requests", strconv.Itoa(overloadQueue), "--max-in-flight", strconv.Itoa(overloadInFlight),
 		"--max-batch", strconv.Itoa(overloadBatch), "--max-queue-delay", overloadDelay.String())
 	idle := srv.rss(t)
@@ -312,7 +312,7 @@ func metricValues(t *testing.T, url string, series ...string) []float64 {
 // detector, shares the two cores with the server, so what it adds is its own.
 func TestOverloadSLO(t *testing.T) {
 	const slo = 100 * time.Millisecond
-	srv := startChild(t, "--models", minilmOnly(t), "--device", "cpu", "--slo", "p95="+slo.String())
+	srv := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--slo", "p95="+slo.String())
 	var info struct {
 		Models []struct {
 			Scheduling map[string]runtime.SchedulerState `json:"scheduling"`

@@ -26,6 +26,7 @@ func planRun(args ...string) (code int, stdout, stderr string) {
 // TestPlanDiurnal is the acceptance run, `server plan --report bench.json --trace diurnal`,
 // made small: 10× one replica's rate rather than 100×, and time-compressed to 200k requests.
 func TestPlanDiurnal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	js, md := filepath.Join(dir, "plan.json"), filepath.Join(dir, "plan.md")
 	code, out, errs := planRun("--report", planReport, "--trace", "diurnal", "--peak-rps", "1300",
@@ -71,6 +72,7 @@ func TestPlanDiurnal(t *testing.T) {
 
 // TestPlanTraceFile: a CSV trace, scaled to --peak-rps, one policy, a version by name.
 func TestPlanTraceFile(t *testing.T) {
+	t.Parallel()
 	csv := filepath.Join(t.TempDir(), "traffic.csv")
 	if err := os.WriteFile(csv, []byte("seconds,rps\n0,10\n120,40\n240,40\n300,10\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -91,6 +93,7 @@ func TestPlanTraceFile(t *testing.T) {
 }
 
 func TestPlanUsage(t *testing.T) {
+	t.Parallel()
 	csv := filepath.Join(t.TempDir(), "t.csv")
 	os.WriteFile(csv, []byte("0,1\n60,1\n"), 0o644)
 	for _, tc := range []struct {
@@ -124,6 +127,7 @@ func TestPlanUsage(t *testing.T) {
 // TestBenchPlanHelm: `server bench report --plan-helm` prints the Helm values after the
 // report, from plan.Size; `server bench --plan-helm` needs an rps target before it measures.
 func TestBenchPlanHelm(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	if code := run([]string{"bench", "report", "--plan-helm", planReport}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())

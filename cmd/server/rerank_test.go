@@ -55,14 +55,13 @@ func rerankerDir(t *testing.T) string {
 	return dir
 }
 
-// rerankerAndSentiment is a repository of the reranker and the sentiment classifier.
+// rerankerAndSentiment is a repository of the reranker and the sentiment classifier's fp32
+// (the only version the tests ask it for).
 func rerankerAndSentiment(t *testing.T) string {
 	t.Helper()
-	root := t.TempDir()
-	for name, dir := range map[string]string{"reranker": rerankerDir(t), "sentiment": filepath.Join(os.Getenv("ORTSERVE_MODELS"), "sentiment")} {
-		if err := os.Symlink(dir, filepath.Join(root, name)); err != nil {
-			t.Fatal(err)
-		}
+	root := versionRepo(t, "sentiment", "fp32")
+	if err := os.Symlink(rerankerDir(t), filepath.Join(root, "reranker")); err != nil {
+		t.Fatal(err)
 	}
 	return root
 }

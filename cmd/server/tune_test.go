@@ -46,11 +46,13 @@ func tuneGateReport(t *testing.T, candidate string, pass bool) string {
 func TestTune(t *testing.T) {
 	// Not parallel: tune measures the server, and other tests' load would be its noise.
 	out := filepath.Join(t.TempDir(), "tune-out")
-	const budget = 30 * time.Second
+	// 15 s of budget at steps of 250 ms fit the offline cost, both baselines and about one
+	// trial (11 s here, idle); fewer than two baselines would fail below.
+	const budget = 15 * time.Second
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "tune", "--model", "sentiment", "--slo", "p95=300ms", "--price-per-hour", "0.1",
-		"--budget", budget.String(), "--step", "500ms", "--warmup", "250ms", "--search-steps", "3", "--baseline-steps", "5",
+		"--budget", budget.String(), "--step", "250ms", "--warmup", "100ms", "--search-steps", "3", "--baseline-steps", "5",
 		"--offline-step", "100ms", "--out", out, "--gate", tuneGateReport(t, "int8", true), "--quiet")
 	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1", "ORTSERVE_MODELS="+sentimentOnly(t), "ORTSERVE_MAX_BATCH=8")
 	var stdout, stderr bytes.Buffer
