@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
 )
@@ -148,13 +149,13 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 
 	// With --self, or --offline, this process opens ONNX Runtime.
 	var env *ort.Env
-	sc := defaultServeConfig()
+	sc := config.Default()
 	if c.Self || c.Offline {
-		if sc, err = loadServe(configArgs(c.Config), os.Getenv, os.Stderr); err != nil {
+		if sc, err = config.Load(configArgs(c.Config), os.Getenv, os.Stderr); err != nil {
 			return err
 		}
 		if c.offlineOnly() {
-			if err := c.offlineTargets(sc.sources()); err != nil {
+			if err := c.offlineTargets(sc.Sources()); err != nil {
 				return fmt.Errorf("%w (%w)", err, errUsage)
 			}
 		}
@@ -464,17 +465,17 @@ func splitList(s string) []string {
 
 // serveSelf starts serve on a free loopback port and returns its address once it listens;
 // done closes when it has shut down after ctx ends.
-func serveSelf(ctx context.Context, c serveConfig, env *ort.Env) (string, <-chan struct{}, error) {
+func serveSelf(ctx context.Context, c config.Serve, env *ort.Env) (string, <-chan struct{}, error) {
 	c.Addr = "127.0.0.1:0"
 	c.Reload = 0
 	addrc := make(chan string, 1)
-	c.ready = func(addr string) { addrc <- addr }
+	ready := func(addr string) { addrc <- addr }
 	done := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
 		defer close(done)
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		errc <- serve(ctx, c, env, log, io.Discard)
+		errc <- serve(ctx, c, env, log, io.Discard, ready)
 	}()
 	select {
 	case addr := <-addrc:

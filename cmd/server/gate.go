@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/bench/gate"
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
@@ -97,7 +98,7 @@ Examples:
 // gateJob is one `server gate` invocation, resolved: settings merged, model folder found,
 // dataset loaded. Nothing native is opened yet.
 type gateJob struct {
-	serve      serveConfig
+	serve      config.Serve
 	dir        string // the model folder
 	cfg        models.Config
 	baseline   string
@@ -165,11 +166,11 @@ func parseGate(args []string, getenv func(string) string, stderr io.Writer) (*ga
 	if given["device"] {
 		sargs = append(sargs, "--device", f.Device)
 	}
-	sc, err := loadServe(sargs, getenv, stderr)
+	sc, err := config.Load(sargs, getenv, stderr)
 	if err != nil {
 		return nil, err
 	}
-	dir, cfg, err := models.Find(sc.sources(), f.Model)
+	dir, cfg, err := models.Find(sc.Sources(), f.Model)
 	if err != nil {
 		return nil, usagef("%w", err)
 	}

@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -19,70 +18,6 @@ import (
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
-
-// --model is a list: repeated on the command line it adds, and each layer (file,
-// environment, flags) replaces the one before. Given alone, the default repository is not
-// served; --models from any layer is.
-func TestServeModelFlag(t *testing.T) {
-	def := defaultServeConfig().Models
-	tests := []struct {
-		name   string
-		file   string
-		env    map[string]string
-		args   []string
-		models string
-		model  []string
-	}{
-		{"none", "", nil, nil, def, nil},
-		{"repeated flags, alone", "", nil, []string{"--model", "a=/x", "--model", "/y,/z"}, "", []string{"a=/x", "/y", "/z"}},
-		{"with --models", "", nil, []string{"--models", "/repo", "--model", "/y"}, "/repo", []string{"/y"}},
-		{"with ORTSERVE_MODELS", "", map[string]string{"ORTSERVE_MODELS": "/m"}, []string{"--model", "/y"}, "/m", []string{"/y"}},
-		{"the flag replaces the environment", "", map[string]string{"ORTSERVE_MODEL": "a=/x, /y"}, []string{"--model", "/z"}, "", []string{"/z"}},
-		{"the environment", "", map[string]string{"ORTSERVE_MODEL": "a=/x, /y"}, nil, "", []string{"a=/x", "/y"}},
-		{"the file: relative to it", "model: a=rel, other, /abs, x/y=z\n", nil, []string{"--config", "$DIR/serve.yaml"}, "",
-			[]string{"a=$DIR/rel", "$DIR/other", "/abs", "$DIR/x/y=z"}},
-		{"the environment replaces the file", "model: a=rel\nmodels: repo\n", map[string]string{"ORTSERVE_MODEL": "/e"}, []string{"--config", "$DIR/serve.yaml"}, "$DIR/repo", []string{"/e"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, dir, err := loadWith(t, tt.file, tt.env, tt.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want []string
-			for _, m := range tt.model {
-				want = append(want, strings.ReplaceAll(m, "$DIR", dir))
-			}
-			if c.Models != strings.ReplaceAll(tt.models, "$DIR", dir) || !reflect.DeepEqual(c.Model, want) {
-				t.Errorf("models %q, model %q; want %q, %q", c.Models, c.Model, tt.models, want)
-			}
-		})
-	}
-}
-
-func TestServeModelFlagErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		file string
-		env  map[string]string
-		args []string
-		want string
-	}{
-		{"no name before =", "", map[string]string{"ORTSERVE_MODEL": "=/x"}, nil, `ORTSERVE_MODEL="=/x" (model): "=/x": put the model's name before =, or leave the = out`},
-		{"no folder after =", "model: a=\n", nil, []string{"--config", "$DIR/serve.yaml"}, `line 1: model "a=": "a=": name the model folder after =`},
-		{"a bad name", "", map[string]string{"ORTSERVE_MODEL": "my model=/x"}, nil, `model name "my model": use letters, digits, '.', '_' and '-'`},
-		{"a name twice", "", nil, []string{"--model", "a=/x", "--model", "a=/y"}, `--model "a=/x,a=/y" (model): the name a is given twice`},
-		{"nothing to serve", "", nil, []string{"--models", ""}, `--models "" (models): name the model repository's folder, or a model folder with --model`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, dir, err := loadWith(t, tt.file, tt.env, tt.args...)
-			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), strings.ReplaceAll(tt.want, "$DIR", dir)) || strings.Contains(err.Error(), "\n") {
-				t.Errorf("got %v, want one line containing %q", err, tt.want)
-			}
-		})
-	}
-}
 
 // hfFolder writes a Hugging Face folder whose graphs are signatures only: enough for
 // `models init`, which reads and never runs them.

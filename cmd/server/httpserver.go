@@ -13,45 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/server"
 )
-
-// connConfig is how serve's HTTP server treats connections (docs/config.md, "Connections").
-type connConfig struct {
-	// ReadTimeout bounds reading a request, head and body, from its first byte. Once the
-	// body is read, net/http lifts the deadline (for its background read, which watches for
-	// the client going away): the inference that follows is bounded by --request-timeout,
-	// not by this.
-	ReadTimeout time.Duration
-	// WriteTimeout bounds writing a response, from its first byte: a client that does not
-	// read its answer is cut off, but the time to compute the answer never counts.
-	WriteTimeout time.Duration
-	// IdleTimeout is how long a keep-alive connection may wait for its next request.
-	IdleTimeout time.Duration
-	// MaxConnsPerClient caps the connections one IP address holds open; 0: no cap.
-	MaxConnsPerClient int
-}
 
 // readHeaderTimeout bounds a request's head, and a new connection's wait for its first
 // request: headers are small, and a client that trickles them holds a connection for
 // nothing.
 const readHeaderTimeout = 10 * time.Second
-
-// defaultConnConfig: the timeouts are generous for what they bound, since each only cuts off
-// a client that stalls, never inference (see connConfig). TEI's router sets none and leaves
-// them to the proxy in front; ortserve may face clients directly, so it sets its own.
-//   - read 30s: the largest body (2 MiB) at 1 Mbit/s takes 17 s. nginx allows 60 s between
-//     two reads of a body, which a client trickling a byte a minute satisfies forever; here
-//     it is 30 s for the whole request.
-//   - write 30s: a large answer (32 embeddings of 1024 floats, ~400 KB) to a slow reader.
-//   - idle 120s: longer than what load balancers and proxies keep an idle upstream
-//     connection (AWS ALB 60 s, nginx's upstream keepalive_timeout 60 s), so that they, not
-//     ortserve, close it: a server that closes first races the proxy's next request on it,
-//     which the proxy then answers 502. Behind a Google Cloud load balancer (600 s), raise it
-//     past 620 s.
-func defaultConnConfig() connConfig {
-	return connConfig{ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
-}
 
 // frontEnd is serve's HTTP server over one listener.
 type frontEnd struct {
@@ -63,7 +32,7 @@ type frontEnd struct {
 }
 
 // newFrontEnd serves h on ln as c says, until shutdown.
-func newFrontEnd(ln net.Listener, h http.Handler, c connConfig, log *slog.Logger) *frontEnd {
+func newFrontEnd(ln net.Listener, h http.Handler, c config.Conn, log *slog.Logger) *frontEnd {
 	f := &frontEnd{served: make(chan error, 1), log: log}
 	f.hs = &http.Server{
 		Handler:           f.deadlines(h, c.WriteTimeout),
@@ -87,7 +56,7 @@ func newFrontEnd(ln net.Listener, h http.Handler, c connConfig, log *slog.Logger
 	return f
 }
 
-// deadlines gives each response the write deadline connConfig describes. http.Server's own
+// deadlines gives each response the write deadline config.Conn describes. http.Server's own
 // WriteTimeout runs from the end of the request's head, so by itself it would bound
 // inference too: the write of an answer that took long to compute would fail, and the
 // client would see a reset. So the deadline is lifted when the handler starts, and set anew

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 )
 
 // pipeListener accepts the server ends of the net.Pipe connections dial makes, so that an
@@ -97,7 +99,7 @@ func isTimeout(err error) bool {
 
 // startFront serves h on a pipe listener with c; the front end is shut down (closed at
 // once) when the test ends.
-func startFront(t *testing.T, h http.Handler, c connConfig) (*frontEnd, *pipeListener) {
+func startFront(t *testing.T, h http.Handler, c config.Conn) (*frontEnd, *pipeListener) {
 	pl := newPipeListener()
 	f := newFrontEnd(pl, h, c, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { f.hs.Close() })
@@ -117,7 +119,7 @@ func TestIdleTimeout(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := defaultConnConfig()
+				c := config.DefaultConn()
 				c.IdleTimeout = tt.idle
 				_, pl := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), c)
 				cl := pl.dial(t)
@@ -162,7 +164,7 @@ func TestConnTimeouts(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := defaultConnConfig()
+				c := config.DefaultConn()
 				c.ReadTimeout, c.WriteTimeout = time.Second, time.Second
 				handlerErr := make(chan string, 1)
 				_, pl := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -258,7 +260,7 @@ func newShutdownHarness(t *testing.T) *shutdownHarness {
 			w.WriteHeader(503)
 		}
 	})
-	h.f, h.pl = startFront(t, mux, defaultConnConfig())
+	h.f, h.pl = startFront(t, mux, config.DefaultConn())
 	return h
 }
 

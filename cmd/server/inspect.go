@@ -23,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/runtime/ort"
@@ -33,7 +34,7 @@ type inspectConfig struct {
 	Target  string // a model's name in the repository, a model folder's path, or an ONNX file
 	Version string // one version of a model; "": all
 	JSON    bool
-	serve   serveConfig // the repository, library and device, as serve reads them
+	serve   config.Serve // the repository, library and device, as serve reads them
 }
 
 // inspectTarget is one file to inspect.
@@ -69,8 +70,8 @@ reads it), or a path to an .onnx file.
 // Every error is a usage error.
 func parseInspect(args []string, getenv func(string) string, stderr io.Writer) (inspectConfig, []inspectTarget, error) {
 	var c inspectConfig
-	var modelsDir, device, config string
-	fs := inspectFlags(&c, &modelsDir, &device, &config)
+	var modelsDir, device, configFile string
+	fs := inspectFlags(&c, &modelsDir, &device, &configFile)
 	fs.SetOutput(stderr)
 	// The model or file may come before the flags, or after them.
 	var pos []string
@@ -92,7 +93,7 @@ func parseInspect(args []string, getenv func(string) string, stderr io.Writer) (
 	default:
 		return c, nil, usagef("unexpected arguments %v: server inspect takes one model or file", pos[1:])
 	}
-	sargs := configArgs(config)
+	sargs := configArgs(configFile)
 	if modelsDir != "" {
 		sargs = append(sargs, "--models", modelsDir)
 	}
@@ -100,7 +101,7 @@ func parseInspect(args []string, getenv func(string) string, stderr io.Writer) (
 		sargs = append(sargs, "--device", device)
 	}
 	var err error
-	if c.serve, err = loadServe(sargs, getenv, stderr); err != nil {
+	if c.serve, err = config.Load(sargs, getenv, stderr); err != nil {
 		return c, nil, err
 	}
 	targets, err := inspectTargets(c)
@@ -124,7 +125,7 @@ func inspectTargets(c inspectConfig) ([]inspectTarget, error) {
 		if strings.HasSuffix(c.Target, ".onnx") || strings.ContainsRune(c.Target, filepath.Separator) {
 			return nil, usagef("no file %s: name an .onnx file, a model folder, or a model in the repository", c.Target)
 		}
-		dir, cfg, err = models.Find(c.serve.sources(), c.Target)
+		dir, cfg, err = models.Find(c.serve.Sources(), c.Target)
 		var ue *models.UnknownError
 		if errors.As(err, &ue) {
 			return nil, usagef("unknown model %q in %s: have %s, or name an .onnx file", c.Target, c.serve.Models, strings.Join(ue.Known, ", "))

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/runtime/ort"
@@ -187,7 +188,7 @@ func TestInspectCommand(t *testing.T) {
 
 // serve logs a version's placement at load; on CPU from the file alone.
 func TestInspectServeLogsPlacement(t *testing.T) {
-	c, err := parseServe([]string{"--device", "cpu"}, io.Discard)
+	c, err := config.Parse([]string{"--device", "cpu"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

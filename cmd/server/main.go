@@ -13,13 +13,16 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// errUsage marks errors that are the user's invocation, not the work: exit code 2.
-var errUsage = errors.New("usage error")
+// errUsage marks errors that are the user's invocation, not the work: exit code 2. It is the
+// config package's, whose errors are usage errors too (a config.Error is one).
+var errUsage = config.ErrUsage
 
 // usagef is a usage or data error: exit code 2.
 func usagef(format string, args ...any) error {

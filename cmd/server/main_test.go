@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
@@ -230,15 +231,15 @@ func startServer(t testing.TB, args ...string) string {
 // launch starts `server serve` in this process on a free port, with one session per version
 // unless args ask for more (opening sessions is most of a start-up's time); stop shuts it down.
 func launch(args ...string) (url string, stop func() error, err error) {
-	c, err := parseServe(append([]string{"--addr", "127.0.0.1:0", "--device", "cpu", "--sessions", "1"}, args...), io.Discard)
+	c, err := config.Parse(append([]string{"--addr", "127.0.0.1:0", "--device", "cpu", "--sessions", "1"}, args...), io.Discard)
 	if err != nil {
 		return "", nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
-	c.ready = func(addr string) { addrc <- addr }
+	ready := func(addr string) { addrc <- addr }
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, testEnv, slog.New(slog.DiscardHandler), io.Discard) }()
+	go func() { done <- serve(ctx, c, testEnv, slog.New(slog.DiscardHandler), io.Discard, ready) }()
 	select {
 	case addr := <-addrc:
 		return "http://" + addr, func() error { cancel(); return <-done }, nil

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
@@ -236,7 +237,7 @@ func (c *benchConfig) offlineTargets(src models.Sources) error {
 
 // runOffline measures the raw limit of each target version and reports it: a table on
 // stdout, and the report files asked for, whose versions carry offline points and no steps.
-func (c *benchConfig) runOffline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload, stdout io.Writer) error {
+func (c *benchConfig) runOffline(ctx context.Context, env *ort.Env, sc config.Serve, w *bench.Workload, stdout io.Writer) error {
 	start := time.Now()
 	if err := c.offline(ctx, env, sc, w); err != nil {
 		return err
@@ -279,7 +280,7 @@ func (c *benchConfig) runOffline(ctx context.Context, env *ort.Env, sc serveConf
 
 // offline measures each target version's raw session throughput, before any load, with
 // the sessions and threads serve gives it.
-func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig, w *bench.Workload) error {
+func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc config.Serve, w *bench.Workload) error {
 	provider, _, err := resolveDevice(env, sc, nil, "")
 	if err != nil {
 		return err
@@ -296,7 +297,7 @@ func (c *benchConfig) offline(ctx context.Context, env *ort.Env, sc serveConfig,
 		if !c.Quiet {
 			fmt.Fprintf(os.Stderr, "offline: %s, batch sizes %v, %v each\n", t.Name(), batches, c.OfflinePer)
 		}
-		dir, _, err := models.Find(sc.sources(), t.Model)
+		dir, _, err := models.Find(sc.Sources(), t.Model)
 		if err != nil {
 			return fmt.Errorf("--offline %s: %w", t.Name(), err)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/ort"
 )
@@ -20,7 +21,7 @@ import (
 // offlineBackend is the backend serve builds on CPU with its default settings.
 func offlineBackend(t *testing.T) *backend {
 	t.Helper()
-	c, err := parseServe(nil, io.Discard)
+	c, err := config.Parse(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
@@ -27,113 +26,8 @@ import (
 	"github.com/ortserve/ortserve/tokenize/hf"
 )
 
-// serveConfig is everything `server serve` takes: defaults, then a --config file, then
-// ORTSERVE_* environment variables, then flags (config.go).
-type serveConfig struct {
-	Config string // the YAML file read, if any
-	Addr   string
-	Models string
-	// Model are model folders served on their own, each DIR or NAME=DIR (parseModelDir);
-	// given alone, without Models from any layer, they are all that is served.
-	Model    []string
-	ORTLib   string
-	Device   string
-	DeviceID int
-	Sessions int // per model version; 0: one per core on CPU, 1 on CUDA
-	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
-	Batch    runtime.BatchConfig
-	// Packing is auto, on or off: whether Batch.Packing is set, auto on the CPU only
-	// (packingOn).
-	Packing string
-	// Grace bounds everything after SIGTERM, DrainDelay included (frontEnd.shutdown).
-	Grace      time.Duration
-	DrainDelay time.Duration
-	Reload     time.Duration // how often the model repository is checked for changes; 0: never
-	Strict     bool
-	HTTP       server.Config
-	Conn       connConfig
-	// APIKeyFile holds API keys, one a line, added to HTTP.APIKeys at validation.
-	APIKeyFile string
-
-	// ready, when set, is told the address serve listens on once it serves: how bench --self
-	// and the tests learn a server's port, rather than from the line serve prints.
-	ready func(addr string)
-}
-
-// cacheDir is where `make` puts native libraries and models.
-func cacheDir() string {
-	if d := os.Getenv("ORTSERVE_CACHE"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return ".cache/ortserve"
-	}
-	return filepath.Join(home, ".cache", "ortserve")
-}
-
-// defaultServeConfig is what `server serve` runs with when nothing is configured: the
-// cache `make` fills, on 127.0.0.1:8080.
-func defaultServeConfig() serveConfig {
-	cache := cacheDir()
-	return serveConfig{
-		Addr:    "127.0.0.1:8080",
-		Models:  filepath.Join(cache, "models", "current"),
-		ORTLib:  filepath.Join(cache, "ort", "1.29.0", "libonnxruntime.so.1"),
-		Device:  "auto",
-		Batch:   runtime.DefaultBatchConfig(),
-		Packing: "auto",
-		Grace:   30 * time.Second,
-		Reload:  5 * time.Second,
-		HTTP:    server.DefaultConfig(),
-		Conn:    defaultConnConfig(),
-	}
-}
-
-// serveFlags defines serve's flags on c's fields, with c's values as their defaults. Every
-// flag --x-y is also the variable ORTSERVE_X_Y and, but for --config, a key of the config
-// file: a new flag needs a row in fileKeys (config.go) and a line in docs/config.md.
-func serveFlags(c *serveConfig) *flag.FlagSet {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.StringVar(&c.Config, "config", c.Config, "YAML file of settings (docs/config.md); the environment and flags override it")
-	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
-	fs.StringVar(&c.Models, "models", c.Models, "model repository: a folder of model folders (each with a model.yaml, or a Hugging Face model folder)")
-	fs.Var(modelFlag{&c.Model}, "model", "a model folder to serve, DIR or NAME=DIR: a Hugging Face folder (config.json, tokenizer.json, .onnx files; a hub cache models--org--name too) or one with a model.yaml; repeat it or separate with commas. Alone, the default --models is not served")
-	fs.StringVar(&c.ORTLib, "ort-lib", c.ORTLib, "ONNX Runtime shared library")
-	fs.StringVar(&c.Device, "device", c.Device, "auto, cuda or cpu")
-	fs.IntVar(&c.DeviceID, "device-id", c.DeviceID, "CUDA device")
-	fs.IntVar(&c.Sessions, "sessions", c.Sessions, "sessions per model version; 0: one per core on CPU, 1 on CUDA")
-	fs.IntVar(&c.Threads, "threads", c.Threads, "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA")
-	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", c.Batch.MaxBatchSize, "most texts one inference batch takes")
-	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")
-	fs.StringVar(&c.Packing, "packing", c.Packing, "auto, on or off: run batched texts end to end in one row, with no padding, on models whose graph declares it (ortserve.packing metadata); auto: on the CPU only")
-	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "opt-in batching window: longest a text waits for others while a session is free; 0: dispatch at once (continuous batching)")
-	fs.Var(sloFlag{&c.Batch.SLO}, "slo", "latency objective, as p95=50ms: hold each version's p95 to it by refusing (429) requests predicted to miss it and capping batch run time; empty: none")
-	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
-	fs.IntVar(&c.Batch.MaxQueueTokens, "max-queue-tokens", c.Batch.MaxQueueTokens, "tokens that may wait per model version; past it, 429")
-	fs.DurationVar(&c.Grace, "grace", c.Grace, "bounds the whole shutdown, from SIGTERM to exit, drain delay included: requests still queued at its end are answered 503 (set it to Kubernetes' terminationGracePeriodSeconds, or a little under)")
-	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "after SIGTERM, how long readiness says 503 while requests are still served, for load balancers to stop sending (part of --grace)")
-	fs.DurationVar(&c.Reload, "reload-interval", c.Reload, "how often to check the model repository and hot-reload changed models; 0: never")
-	fs.BoolVar(&c.Strict, "strict-placement", c.Strict, "fail to load a CUDA version if any node would fall back to CPU")
-	fs.IntVar(&c.HTTP.MaxInputs, "max-inputs", c.HTTP.MaxInputs, "most texts in one request")
-	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest request body")
-	fs.IntVar(&c.HTTP.MaxInputChars, "max-input-chars", c.HTTP.MaxInputChars, "most characters in one text: cut when the request truncates, else 413; 0: no limit")
-	fs.BoolVar(&c.HTTP.AutoTruncate, "auto-truncate", c.HTTP.AutoTruncate, "cut inputs over a model's max length (and max-input-chars) unless a request says \"truncate\": false")
-	fs.IntVar(&c.HTTP.MaxInFlight, "max-in-flight", c.HTTP.MaxInFlight, "inference requests served at once; past it, 429")
-	fs.DurationVar(&c.HTTP.RequestTimeout, "request-timeout", c.HTTP.RequestTimeout, "a request's deadline unless it sends X-Request-Timeout; 0: none")
-	fs.DurationVar(&c.Conn.ReadTimeout, "read-timeout", c.Conn.ReadTimeout, "longest a client may take to send a request, head and body; 0: none")
-	fs.DurationVar(&c.Conn.WriteTimeout, "write-timeout", c.Conn.WriteTimeout, "longest a response may take to be written, from its first byte (inference time does not count); 0: none")
-	fs.DurationVar(&c.Conn.IdleTimeout, "idle-timeout", c.Conn.IdleTimeout, "how long a keep-alive connection may wait for its next request; 0: forever")
-	fs.Var(listFlag{&c.HTTP.APIKeys}, "api-key", "API keys, comma-separated: every route then wants Authorization: Bearer KEY (401 without); empty: no auth (docs/security.md)")
-	fs.StringVar(&c.APIKeyFile, "api-key-file", c.APIKeyFile, "file of API keys, one a line (# comments), as --api-key")
-	fs.Var(listFlag{&c.HTTP.AuthExempt}, "auth-exempt", "routes open without a key, comma-separated: health (/health, /v2/health/*), metrics (/metrics)")
-	fs.Var(listFlag{&c.HTTP.AllowedHosts}, "allowed-hosts", "the Host names answered, comma-separated (others: 403), against DNS rebinding; empty: any")
-	fs.IntVar(&c.Conn.MaxConnsPerClient, "max-conns-per-client", c.Conn.MaxConnsPerClient, "most connections one IP address may hold open; past it, 429 at connect; 0: no cap (leave it off behind a proxy)")
-	return fs
-}
-
 func runServe(ctx context.Context, args []string, stdout io.Writer) error {
-	c, err := parseServe(args, os.Stderr)
+	c, err := config.Parse(args, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -142,12 +36,14 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer env.Close()
-	return serve(ctx, c, env, slog.New(slog.NewTextHandler(os.Stderr, nil)), stdout)
+	return serve(ctx, c, env, slog.New(slog.NewTextHandler(os.Stderr, nil)), stdout, nil)
 }
 
 // serve serves until ctx ends, on an ONNX Runtime environment the caller owns (one per
-// process). It prints the listening address to stdout once ready.
-func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, stdout io.Writer) error {
+// process). It prints the listening address to stdout once ready, and tells ready, when not
+// nil: how bench --self and the tests learn a server's port, rather than from the line
+// printed.
+func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
 	provider, why, err := resolveDevice(env, c, log, "serving")
 	if err != nil {
 		return err
@@ -162,7 +58,7 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
 	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "packing", c.Packing, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
-	repo, err := models.OpenSources(c.sources(), b, log)
+	repo, err := models.OpenSources(c.Sources(), b, log)
 	if err != nil {
 		return err
 	}
@@ -194,8 +90,8 @@ func serve(ctx context.Context, c serveConfig, env *ort.Env, log *slog.Logger, s
 	srv.SetReady(true)
 	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models, "model", c.Model)
 	fmt.Fprintf(stdout, "ortserve %s listening on http://%s\n", version, ln.Addr())
-	if c.ready != nil {
-		c.ready(ln.Addr().String())
+	if ready != nil {
+		ready(ln.Addr().String())
 	}
 
 	select {
@@ -223,7 +119,7 @@ type backend struct {
 // resolveDevice is the one place a command turns serve's --device into the execution
 // provider its sessions get. For auto without a working CUDA it is CPU, and why is logged
 // ("CUDA unavailable, serving on CPU", doing naming the command's work) and returned.
-func resolveDevice(env *ort.Env, c serveConfig, log *slog.Logger, doing string) (p ort.Provider, why string, err error) {
+func resolveDevice(env *ort.Env, c config.Serve, log *slog.Logger, doing string) (p ort.Provider, why string, err error) {
 	device, err := ort.ParseDevice(c.Device)
 	if err != nil {
 		return "", "", err
@@ -241,7 +137,7 @@ func resolveDevice(env *ort.Env, c serveConfig, log *slog.Logger, doing string) 
 // newBackend is the one way a command builds the backend its versions load on: serve's
 // sessions, threads and batching on provider p. observe gives each version's batcher its
 // observer (the server's metrics); nil observes nothing.
-func newBackend(env *ort.Env, c serveConfig, p ort.Provider, observe func(model, version string) runtime.Observer) *backend {
+func newBackend(env *ort.Env, c config.Serve, p ort.Provider, observe func(model, version string) runtime.Observer) *backend {
 	if observe == nil {
 		observe = func(string, string) runtime.Observer { return runtime.NopObserver{} }
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/runtime/ort"
 )
 
@@ -124,7 +125,7 @@ func meanBatch(b *testing.B, url string) float64 {
 // batches of the same sentences from one goroutine per session, no HTTP. It is what
 // `server bench --offline` reports (offlineLimit); each iteration measures for a second.
 func BenchmarkRawSession(b *testing.B) {
-	c, _ := parseServe(nil, io.Discard)
+	c, _ := config.Parse(nil, io.Discard)
 	be := newBackend(testEnv, c, ort.ProviderCPU, nil)
 	r, err := openOffline(b.Context(), be, filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm"), "fp32", benchSentences)
 	if err != nil {

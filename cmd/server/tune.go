@@ -17,6 +17,7 @@ import (
 
 	"github.com/ortserve/ortserve/bench"
 	"github.com/ortserve/ortserve/bench/tune"
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/ort"
 )
@@ -102,7 +103,7 @@ Examples:
 // tuneJob is a `server tune` invocation, checked: nothing native is open yet.
 type tuneJob struct {
 	f     tuneFlags
-	serve serveConfig
+	serve config.Serve
 	dir   string // the model's folder in the repository, named as it may be (models.Find)
 	cfg   models.Config
 	slo   *bench.SLO
@@ -142,10 +143,10 @@ func parseTune(args []string, getenv func(string) string, stderr io.Writer) (*tu
 	if j.slo, err = bench.ParseSLO(f.SLO); err != nil {
 		return nil, usagef("%v", err)
 	}
-	if j.serve, err = loadServe(configArgs(f.Config), getenv, stderr); err != nil {
+	if j.serve, err = config.Load(configArgs(f.Config), getenv, stderr); err != nil {
 		return nil, err
 	}
-	if j.dir, j.cfg, err = models.Find(j.serve.sources(), f.Model); err != nil {
+	if j.dir, j.cfg, err = models.Find(j.serve.Sources(), f.Model); err != nil {
 		return nil, usagef("--model %s: %w", f.Model, err)
 	}
 	// Tune tries each setting on a copy of the repository made of links, with the model's
@@ -332,7 +333,7 @@ func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout
 const tuneConfigFile = "tuned.yaml"
 
 // tuneServeConfig is sc with c's serve-level levers.
-func tuneServeConfig(sc serveConfig, c tune.Config) serveConfig {
+func tuneServeConfig(sc config.Serve, c tune.Config) config.Serve {
 	sc.Batch.MaxQueueDelay, sc.Batch.MaxBatchSize, sc.Batch.MaxBatchTokens = c.MaxQueueDelay, c.MaxBatch, c.MaxBatchTokens
 	sc.Sessions, sc.Threads = c.Sessions, c.Threads
 	return sc
@@ -342,7 +343,7 @@ func tuneServeConfig(sc serveConfig, c tune.Config) serveConfig {
 // out, with the kept levers changed. A kept version or cache lives in model.yaml, so then the
 // config points at a repository of links next to it (models/) whose copy of the model's
 // model.yaml says so. The file is read back as `server serve --config` reads it.
-func (j *tuneJob) writeConfig(o *tune.Outcome, sc serveConfig, base tune.Config) error {
+func (j *tuneJob) writeConfig(o *tune.Outcome, sc config.Serve, base tune.Config) error {
 	settings, err := serveSettings(sc)
 	if err != nil {
 		return err
@@ -397,14 +398,14 @@ func (j *tuneJob) writeConfig(o *tune.Outcome, sc serveConfig, base tune.Config)
 	if err := file.Close(); err != nil {
 		return err
 	}
-	if _, err := loadServe([]string{"--config", path}, func(string) string { return "" }, io.Discard); err != nil {
+	if _, err := config.Load([]string{"--config", path}, func(string) string { return "" }, io.Discard); err != nil {
 		return fmt.Errorf("tune: the config written, %s, does not load: %w", path, err)
 	}
 	// The environment overrides a config file: say so where it would undo what was kept.
-	for _, k := range fileKeys {
-		name := envName(k.flag)
-		if v := os.Getenv(name); v != "" && tuneChanged(base, o.Best, k.key) {
-			fmt.Fprintf(os.Stderr, "tune: %s=%s is set and overrides %s's %s: unset it when serving the tuned config\n", name, v, tuneConfigFile, k.key)
+	for _, k := range config.FileKeys {
+		name := config.EnvName(k.Flag)
+		if v := os.Getenv(name); v != "" && tuneChanged(base, o.Best, k.Key) {
+			fmt.Fprintf(os.Stderr, "tune: %s=%s is set and overrides %s's %s: unset it when serving the tuned config\n", name, v, tuneConfigFile, k.Key)
 		}
 	}
 	return nil
@@ -428,20 +429,15 @@ func tuneChanged(from, to tune.Config, key string) bool {
 }
 
 // serveSettings spells out every setting of sc as a config file key and value, paths made
-// absolute so that the file can live anywhere.
-func serveSettings(sc serveConfig) ([]tune.Setting, error) {
-	fs := serveFlags(&sc)
-	var out []tune.Setting
-	for _, k := range fileKeys {
-		v := fs.Lookup(k.flag).Value.String()
-		if pathFlags[k.flag] && v != "" {
-			abs, err := filepath.Abs(v)
-			if err != nil {
-				return nil, err
-			}
-			v = abs
-		}
-		out = append(out, tune.Setting{Key: k.key, Value: v})
+// absolute so that the file can live anywhere (config.Serve.Settings).
+func serveSettings(sc config.Serve) ([]tune.Setting, error) {
+	settings, err := sc.Settings()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tune.Setting, len(settings))
+	for i, s := range settings {
+		out[i] = tune.Setting(s)
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ortserve/ortserve/bench"
 	"github.com/ortserve/ortserve/bench/tune"
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 )
 
@@ -115,7 +116,7 @@ func TestTune(t *testing.T) {
 
 	// tuned.yaml is a serve config, read unchanged, and it serves.
 	tuned := filepath.Join(out, "tuned.yaml")
-	c, err := loadServe([]string{"--config", tuned}, func(string) string { return "" }, io.Discard)
+	c, err := config.Load([]string{"--config", tuned}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		data, _ := os.ReadFile(tuned)
 		t.Fatalf("%v\n%s", err, data)
@@ -125,7 +126,7 @@ func TestTune(t *testing.T) {
 
 // tuneServes starts serve with c in this process and checks that the model's default version
 // is want (or, if want2 is not empty, either).
-func tuneServes(t *testing.T, c serveConfig, want, want2 string) {
+func tuneServes(t *testing.T, c config.Serve, want, want2 string) {
 	t.Helper()
 	ctx, stop := context.WithCancel(t.Context())
 	addr, done, err := serveSelf(ctx, c, testEnv)
@@ -152,7 +153,7 @@ func tuneServes(t *testing.T, c serveConfig, want, want2 string) {
 func TestTuneConfigWithVersion(t *testing.T) {
 	t.Parallel()
 	out := t.TempDir()
-	sc := defaultServeConfig()
+	sc := config.Default()
 	sc.Models = sentimentOnly(t)
 	sc.ORTLib = os.Getenv("ORTSERVE_ORT_LIB")
 	base := tune.Config{MaxQueueDelay: sc.Batch.MaxQueueDelay, MaxBatch: 32, MaxBatchTokens: 16384, Sessions: 2, Threads: 1, Version: "fp32"}
@@ -169,7 +170,7 @@ func TestTuneConfigWithVersion(t *testing.T) {
 		}
 	}
 	data, _ := os.ReadFile(filepath.Join(out, "tuned.yaml"))
-	c, err := loadServe([]string{"--config", filepath.Join(out, "tuned.yaml")}, func(string) string { return "" }, io.Discard)
+	c, err := config.Load([]string{"--config", filepath.Join(out, "tuned.yaml")}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, data)
 	}

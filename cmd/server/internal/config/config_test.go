@@ -1,10 +1,9 @@
-package main
+package config
 
 import (
 	"bytes"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,14 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ortserve/ortserve/runtime/ort"
-	"github.com/ortserve/ortserve/tokenize"
 	"go.yaml.in/yaml/v3"
 )
 
-// loadWith runs loadServe with file written to dir/serve.yaml (when not empty), env as the
+// loadWith runs Load with file written to dir/serve.yaml (when not empty), env as the
 // whole environment and args as the flags; "$DIR" in env values and args is dir.
-func loadWith(t *testing.T, file string, env map[string]string, args ...string) (serveConfig, string, error) {
+func loadWith(t *testing.T, file string, env map[string]string, args ...string) (Serve, string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	if file != "" {
@@ -33,7 +30,7 @@ func loadWith(t *testing.T, file string, env map[string]string, args ...string) 
 		args[i] = strings.ReplaceAll(args[i], "$DIR", dir)
 	}
 	getenv := func(k string) string { return strings.ReplaceAll(env[k], "$DIR", dir) }
-	c, err := loadServe(args, getenv, io.Discard)
+	c, err := Load(args, getenv, io.Discard)
 	return c, dir, err
 }
 
@@ -53,7 +50,7 @@ limits:
   auto_truncate: false
 shutdown_grace: 1m
 `
-	fromFile := func(c *serveConfig, dir string) {
+	fromFile := func(c *Serve, dir string) {
 		c.Config = filepath.Join(dir, "serve.yaml")
 		c.Addr, c.Models, c.Device = "10.0.0.1:1", filepath.Join(dir, "repo"), "cpu"
 		c.Batch.MaxBatchSize, c.Batch.MaxQueueDelay = 8, 2*time.Millisecond
@@ -65,40 +62,40 @@ shutdown_grace: 1m
 		file string
 		env  map[string]string
 		args []string
-		want func(c *serveConfig, dir string)
+		want func(c *Serve, dir string)
 	}{
-		{"defaults", "", nil, nil, func(*serveConfig, string) {}},
+		{"defaults", "", nil, nil, func(*Serve, string) {}},
 		{"file", file, nil, []string{"--config", "$DIR/serve.yaml"}, fromFile},
 		{"file from ORTSERVE_CONFIG", file, map[string]string{"ORTSERVE_CONFIG": "$DIR/serve.yaml"}, nil, fromFile},
 		{"--config over ORTSERVE_CONFIG", file, map[string]string{"ORTSERVE_CONFIG": "/nonexistent.yaml"}, []string{"--config", "$DIR/serve.yaml"}, fromFile},
 		{"env over file", file, map[string]string{"ORTSERVE_ADDR": ":9", "ORTSERVE_MAX_BATCH": "4", "ORTSERVE_AUTO_TRUNCATE": "true", "ORTSERVE_MAX_QUEUE_DELAY": "1ms", "ORTSERVE_THREADS": "2"},
-			[]string{"--config", "$DIR/serve.yaml"}, func(c *serveConfig, dir string) {
+			[]string{"--config", "$DIR/serve.yaml"}, func(c *Serve, dir string) {
 				fromFile(c, dir)
 				c.Addr, c.Batch.MaxBatchSize, c.HTTP.AutoTruncate, c.Batch.MaxQueueDelay, c.Threads = ":9", 4, true, time.Millisecond, 2
 			}},
 		{"flags over env and file", file, map[string]string{"ORTSERVE_ADDR": ":9", "ORTSERVE_MAX_BATCH": "4", "ORTSERVE_MAX_INPUT_CHARS": "50"},
-			[]string{"--config", "$DIR/serve.yaml", "--addr", ":7", "--max-batch", "2", "--auto-truncate=true", "--models", "/abs/repo"}, func(c *serveConfig, dir string) {
+			[]string{"--config", "$DIR/serve.yaml", "--addr", ":7", "--max-batch", "2", "--auto-truncate=true", "--models", "/abs/repo"}, func(c *Serve, dir string) {
 				fromFile(c, dir)
 				c.Addr, c.Batch.MaxBatchSize, c.HTTP.AutoTruncate, c.Models, c.HTTP.MaxInputChars = ":7", 2, true, "/abs/repo", 50
 			}},
-		{"a flag given its default still wins", file, nil, []string{"--config", "$DIR/serve.yaml", "--max-inputs", "32", "--grace", "30s"}, func(c *serveConfig, dir string) {
+		{"a flag given its default still wins", file, nil, []string{"--config", "$DIR/serve.yaml", "--max-inputs", "32", "--grace", "30s"}, func(c *Serve, dir string) {
 			fromFile(c, dir)
 			c.HTTP.MaxInputs, c.Grace = 32, 30*time.Second
 		}},
 		{"empty env is unset", file, map[string]string{"ORTSERVE_ADDR": ""}, []string{"--config", "$DIR/serve.yaml"}, fromFile},
-		{"env alone", "", map[string]string{"ORTSERVE_MODELS": "/m", "ORTSERVE_STRICT_PLACEMENT": "true", "ORTSERVE_REQUEST_TIMEOUT": "2s", "ORTSERVE_RELOAD_INTERVAL": "0s"}, nil, func(c *serveConfig, _ string) {
+		{"env alone", "", map[string]string{"ORTSERVE_MODELS": "/m", "ORTSERVE_STRICT_PLACEMENT": "true", "ORTSERVE_REQUEST_TIMEOUT": "2s", "ORTSERVE_RELOAD_INTERVAL": "0s"}, nil, func(c *Serve, _ string) {
 			c.Models, c.Strict, c.HTTP.RequestTimeout, c.Reload = "/m", true, 2*time.Second, 0
 		}},
 		{"connections and shutdown", "http: {read_timeout: 5s, idle_timeout: 0s}\nshutdown_drain_delay: 5s\n", map[string]string{"ORTSERVE_WRITE_TIMEOUT": "1m", "ORTSERVE_MAX_CONNS_PER_CLIENT": "8"},
-			[]string{"--config", "$DIR/serve.yaml", "--grace", "20s"}, func(c *serveConfig, dir string) {
+			[]string{"--config", "$DIR/serve.yaml", "--grace", "20s"}, func(c *Serve, dir string) {
 				c.Config = filepath.Join(dir, "serve.yaml")
-				c.Conn = connConfig{ReadTimeout: 5 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 0, MaxConnsPerClient: 8}
+				c.Conn = Conn{ReadTimeout: 5 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 0, MaxConnsPerClient: 8}
 				c.DrainDelay, c.Grace = 5*time.Second, 20*time.Second
 			}},
-		{"empty file", "# nothing yet\n", nil, []string{"--config", "$DIR/serve.yaml"}, func(c *serveConfig, dir string) {
+		{"empty file", "# nothing yet\n", nil, []string{"--config", "$DIR/serve.yaml"}, func(c *Serve, dir string) {
 			c.Config = filepath.Join(dir, "serve.yaml")
 		}},
-		{"empty section, anchors", "batching:\nlimits: &l {max_inputs: 3}\n", nil, []string{"--config", "$DIR/serve.yaml"}, func(c *serveConfig, dir string) {
+		{"empty section, anchors", "batching:\nlimits: &l {max_inputs: 3}\n", nil, []string{"--config", "$DIR/serve.yaml"}, func(c *Serve, dir string) {
 			c.Config, c.HTTP.MaxInputs = filepath.Join(dir, "serve.yaml"), 3
 		}},
 	}
@@ -108,7 +105,7 @@ shutdown_grace: 1m
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := defaultServeConfig()
+			want := Default()
 			tt.want(&want, dir)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
@@ -184,7 +181,7 @@ func TestServeConfigErrors(t *testing.T) {
 				args = append([]string{"--config", "$DIR/serve.yaml"}, args...)
 			}
 			_, dir, err := loadWith(t, tt.file, tt.env, args...)
-			if !errors.Is(err, errUsage) {
+			if !errors.Is(err, ErrUsage) {
 				t.Fatalf("got %v, want a usage error", err)
 			}
 			lines := strings.Split(err.Error(), "\n")
@@ -200,54 +197,44 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 }
 
-// A bad file stops `server serve` with exit code 2 before anything loads.
-func TestServeBadConfigExits2(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "serve.yaml")
-	os.WriteFile(path, []byte("batching:\n  max_queue_delay: soon\n"), 0o644)
-	var out, errb bytes.Buffer
-	if code := run([]string{"serve", "--config", path}, &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "server: config "+path+": line 2: batching.max_queue_delay soon") {
-		t.Errorf("exit %d, stderr %q", code, errb.String())
-	}
-}
-
 // The example file is read unchanged, and holds the defaults.
 func TestExampleConfig(t *testing.T) {
-	const path = "../../docs/serve.example.yaml"
-	c, err := loadServe([]string{"--config", path}, func(string) string { return "" }, io.Discard)
+	const path = "../../../../docs/serve.example.yaml"
+	c, err := Load([]string{"--config", path}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := defaultServeConfig()
+	want := Default()
 	want.Config = path
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("docs/serve.example.yaml is not the defaults:\ngot  %+v\nwant %+v", c, want)
 	}
 	data, _ := os.ReadFile(path)
-	for _, k := range fileKeys {
-		leaf := k.key[strings.LastIndex(k.key, ".")+1:]
+	for _, k := range FileKeys {
+		leaf := k.Key[strings.LastIndex(k.Key, ".")+1:]
 		if !bytes.Contains(data, []byte(leaf+":")) {
-			t.Errorf("docs/serve.example.yaml lacks %s", k.key)
+			t.Errorf("docs/serve.example.yaml lacks %s", k.Key)
 		}
 	}
 }
 
 // Every flag is a file key and is documented; every file key is a flag.
 func TestConfigDocumented(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/config.md")
+	doc, err := os.ReadFile("../../../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c serveConfig
-	fs := serveFlags(&c)
+	var c Serve
+	fs := flags(&c)
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name != "config" && fileKey(f.Name) == "" {
-			t.Errorf("--%s has no config file key: add it to fileKeys", f.Name)
+			t.Errorf("--%s has no config file key: add it to FileKeys", f.Name)
 		}
-		for _, s := range []string{"`--" + f.Name + "`", envName(f.Name)} {
+		for _, s := range []string{"`--" + f.Name + "`", EnvName(f.Name)} {
 			if !bytes.Contains(doc, []byte(s)) {
 				t.Errorf("docs/config.md does not mention %s", s)
 			}
@@ -256,23 +243,23 @@ func TestConfigDocumented(t *testing.T) {
 			t.Errorf("README's serve flags table lacks `--%s`", f.Name)
 		}
 	})
-	for _, k := range fileKeys {
-		if fs.Lookup(k.flag) == nil {
-			t.Errorf("file key %s names no flag --%s", k.key, k.flag)
+	for _, k := range FileKeys {
+		if fs.Lookup(k.Flag) == nil {
+			t.Errorf("file key %s names no flag --%s", k.Key, k.Flag)
 		}
-		if !bytes.Contains(doc, []byte("`"+k.key+"`")) {
-			t.Errorf("docs/config.md does not mention `%s`", k.key)
+		if !bytes.Contains(doc, []byte("`"+k.Key+"`")) {
+			t.Errorf("docs/config.md does not mention `%s`", k.Key)
 		}
 	}
 }
 
 // renderConfig writes c as a config file.
-func renderConfig(c *serveConfig) []byte {
-	fs := serveFlags(c)
+func renderConfig(c *Serve) []byte {
+	fs := flags(c)
 	doc := map[string]any{}
-	for _, k := range fileKeys {
-		v := fs.Lookup(k.flag).Value.String()
-		if section, key, ok := strings.Cut(k.key, "."); ok {
+	for _, k := range FileKeys {
+		v := fs.Lookup(k.Flag).Value.String()
+		if section, key, ok := strings.Cut(k.Key, "."); ok {
 			m, _ := doc[section].(map[string]string)
 			if m == nil {
 				m = map[string]string{}
@@ -280,7 +267,7 @@ func renderConfig(c *serveConfig) []byte {
 			}
 			m[key] = v
 		} else {
-			doc[k.key] = v
+			doc[k.Key] = v
 		}
 	}
 	out, _ := yaml.Marshal(doc)
@@ -289,7 +276,7 @@ func renderConfig(c *serveConfig) []byte {
 
 // The file parser never panics, and what it accepts reads back the same once written out.
 func FuzzServeConfigFile(f *testing.F) {
-	example, _ := os.ReadFile("../../docs/serve.example.yaml")
+	example, _ := os.ReadFile("../../../../docs/serve.example.yaml")
 	f.Add(example)
 	for _, s := range []string{
 		"", "listen: :1\nmodels: m\n", "batching: {max_queue_delay: 1h}\n", "limits:\n  max_input_chars: 10\n  auto_truncate: false\n",
@@ -299,14 +286,14 @@ func FuzzServeConfigFile(f *testing.F) {
 	}
 	const path = "/etc/ortserve/serve.yaml"
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := defaultServeConfig()
+		c := Default()
 		l := newLoader(&c)
 		l.file(path, data)
 		l.validate()
 		if len(l.problems) > 0 {
 			return
 		}
-		again := defaultServeConfig()
+		again := Default()
 		l2 := newLoader(&again)
 		out := renderConfig(&c)
 		l2.file(path, out)
@@ -317,6 +304,33 @@ func FuzzServeConfigFile(f *testing.F) {
 	})
 }
 
+// Settings spells out every file key, in FileKeys' order, as the file would give it, with
+// relative paths made absolute.
+func TestSettings(t *testing.T) {
+	c := Default()
+	c.Models, c.Batch.MaxBatchSize, c.HTTP.AllowedHosts = "repo", 8, []string{"a", "b"}
+	got, err := c.Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(FileKeys) {
+		t.Fatalf("%d settings, want %d", len(got), len(FileKeys))
+	}
+	want := map[string]string{"models": filepath.Join(wd, "repo"), "batching.max_batch_size": "8", "http.allowed_hosts": "a,b", "auth.api_key_file": "", "shutdown_grace": "30s"}
+	for i, s := range got {
+		if s.Key != FileKeys[i].Key {
+			t.Errorf("setting %d is %s, want %s", i, s.Key, FileKeys[i].Key)
+		}
+		if v, ok := want[s.Key]; ok && s.Value != v {
+			t.Errorf("%s: %q, want %q", s.Key, s.Value, v)
+		}
+	}
+}
+
 // API keys come from --api-key (a comma-separated list, replaced by each layer, as any
 // setting) and --api-key-file, relative to the config file, whose keys are added.
 func TestServeAPIKeys(t *testing.T) {
@@ -324,7 +338,7 @@ func TestServeAPIKeys(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "keys"), []byte("# team A\nkey-a\n\n  key-b  \n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "serve.yaml"), []byte("auth:\n  api_keys: file-key\n  api_key_file: keys\n  exempt: health, metrics\nhttp: {allowed_hosts: \"localhost,Embed.Example\"}\n"), 0o644)
 	env := map[string]string{"ORTSERVE_API_KEY": "env-1, env-2"}
-	c, err := loadServe([]string{"--config", filepath.Join(dir, "serve.yaml")}, func(k string) string { return env[k] }, io.Discard)
+	c, err := Load([]string{"--config", filepath.Join(dir, "serve.yaml")}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,39 +350,66 @@ func TestServeAPIKeys(t *testing.T) {
 	}
 }
 
-// --packing auto packs on the CPU only; on and off hold on every provider.
-func TestPackingOn(t *testing.T) {
-	for _, tc := range []struct {
-		mode     string
-		provider ort.Provider
-		want     bool
+// --model is a list: repeated on the command line it adds, and each layer (file,
+// environment, flags) replaces the one before. Given alone, the default repository is not
+// served; --models from any layer is.
+func TestServeModelFlag(t *testing.T) {
+	def := Default().Models
+	tests := []struct {
+		name   string
+		file   string
+		env    map[string]string
+		args   []string
+		models string
+		model  []string
 	}{
-		{"auto", ort.ProviderCPU, true},
-		{"auto", ort.ProviderCUDA, false},
-		{"on", ort.ProviderCUDA, true},
-		{"off", ort.ProviderCPU, false},
-	} {
-		if got := packingOn(tc.mode, tc.provider); got != tc.want {
-			t.Errorf("packingOn(%q, %s) = %v, want %v", tc.mode, tc.provider, got, tc.want)
-		}
+		{"none", "", nil, nil, def, nil},
+		{"repeated flags, alone", "", nil, []string{"--model", "a=/x", "--model", "/y,/z"}, "", []string{"a=/x", "/y", "/z"}},
+		{"with --models", "", nil, []string{"--models", "/repo", "--model", "/y"}, "/repo", []string{"/y"}},
+		{"with ORTSERVE_MODELS", "", map[string]string{"ORTSERVE_MODELS": "/m"}, []string{"--model", "/y"}, "/m", []string{"/y"}},
+		{"the flag replaces the environment", "", map[string]string{"ORTSERVE_MODEL": "a=/x, /y"}, []string{"--model", "/z"}, "", []string{"/z"}},
+		{"the environment", "", map[string]string{"ORTSERVE_MODEL": "a=/x, /y"}, nil, "", []string{"a=/x", "/y"}},
+		{"the file: relative to it", "model: a=rel, other, /abs, x/y=z\n", nil, []string{"--config", "$DIR/serve.yaml"}, "",
+			[]string{"a=$DIR/rel", "$DIR/other", "/abs", "$DIR/x/y=z"}},
+		{"the environment replaces the file", "model: a=rel\nmodels: repo\n", map[string]string{"ORTSERVE_MODEL": "/e"}, []string{"--config", "$DIR/serve.yaml"}, "$DIR/repo", []string{"/e"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, dir, err := loadWith(t, tt.file, tt.env, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, m := range tt.model {
+				want = append(want, strings.ReplaceAll(m, "$DIR", dir))
+			}
+			if c.Models != strings.ReplaceAll(tt.models, "$DIR", dir) || !reflect.DeepEqual(c.Model, want) {
+				t.Errorf("models %q, model %q; want %q, %q", c.Models, c.Model, tt.models, want)
+			}
+		})
 	}
 }
 
-// A version's cost model is seeded with the shapes its batches will have: padded rows × tokens
-// up to the max batch, or, packed, one row of up to runtime.MaxPackTokens tokens; cheapest
-// first, since calibration stops at its budget.
-func TestCalibrationBatches(t *testing.T) {
-	shapes := func(bs []tokenize.Batch) string {
-		var s []string
-		for _, b := range bs {
-			s = append(s, fmt.Sprintf("%dx%d", b.Rows, b.Cols))
-		}
-		return strings.Join(s, " ")
+func TestServeModelFlagErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"no name before =", "", map[string]string{"ORTSERVE_MODEL": "=/x"}, nil, `ORTSERVE_MODEL="=/x" (model): "=/x": put the model's name before =, or leave the = out`},
+		{"no folder after =", "model: a=\n", nil, []string{"--config", "$DIR/serve.yaml"}, `line 1: model "a=": "a=": name the model folder after =`},
+		{"a bad name", "", map[string]string{"ORTSERVE_MODEL": "my model=/x"}, nil, `model name "my model": use letters, digits, '.', '_' and '-'`},
+		{"a name twice", "", nil, []string{"--model", "a=/x", "--model", "a=/y"}, `--model "a=/x,a=/y" (model): the name a is given twice`},
+		{"nothing to serve", "", nil, []string{"--models", ""}, `--models "" (models): name the model repository's folder, or a model folder with --model`},
 	}
-	if got, want := shapes(calibrationBatches(4, false)), "1x16 2x16 1x48 4x16 2x48 4x48"; got != want {
-		t.Errorf("padded: %s, want %s", got, want)
-	}
-	if got, want := shapes(calibrationBatches(32, true)), "1x16 1x32 1x64 1x128 1x256 1x512"; got != want {
-		t.Errorf("packed: %s, want %s", got, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, dir, err := loadWith(t, tt.file, tt.env, tt.args...)
+			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), strings.ReplaceAll(tt.want, "$DIR", dir)) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line containing %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -1,11 +1,4 @@
-package main
-
-// `server serve` takes its settings in layers, each overriding the ones before it: defaults
-// (defaultServeConfig), a YAML file (--config or ORTSERVE_CONFIG), ORTSERVE_* environment
-// variables, and flags given on the command line. Every layer sets values through the same
-// flag.Value, so a setting parses the same wherever it comes from. The merged result is
-// validated once; every problem found is reported on its own line, naming where the value
-// came from (file and line, variable or flag), and is a usage error: exit code 2.
+package config
 
 import (
 	"bytes"
@@ -23,92 +16,41 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ortserve/ortserve/models"
-	"github.com/ortserve/ortserve/runtime"
-	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
 )
 
-// fileKeys are the config file's keys, in docs/config.md's order, and the flag each sets.
-// "section.key" is key inside the mapping section.
-var fileKeys = []struct{ key, flag string }{
-	{"listen", "addr"},
-	{"models", "models"},
-	{"model", "model"},
-	{"ort_lib", "ort-lib"},
-	{"device", "device"},
-	{"device_id", "device-id"},
-	{"sessions", "sessions"},
-	{"threads", "threads"},
-	{"strict_placement", "strict-placement"},
-	{"batching.max_batch_size", "max-batch"},
-	{"batching.max_batch_tokens", "max-batch-tokens"},
-	{"batching.packing", "packing"},
-	{"batching.max_queue_delay", "max-queue-delay"},
-	{"batching.max_queue_requests", "max-queue-requests"},
-	{"batching.max_queue_tokens", "max-queue-tokens"},
-	{"slo", "slo"},
-	{"limits.max_body_bytes", "max-body-bytes"},
-	{"limits.max_inputs", "max-inputs"},
-	{"limits.max_input_chars", "max-input-chars"},
-	{"limits.auto_truncate", "auto-truncate"},
-	{"limits.max_in_flight", "max-in-flight"},
-	{"limits.request_timeout", "request-timeout"},
-	{"http.read_timeout", "read-timeout"},
-	{"http.write_timeout", "write-timeout"},
-	{"http.idle_timeout", "idle-timeout"},
-	{"http.max_conns_per_client", "max-conns-per-client"},
-	{"http.allowed_hosts", "allowed-hosts"},
-	{"auth.api_keys", "api-key"},
-	{"auth.api_key_file", "api-key-file"},
-	{"auth.exempt", "auth-exempt"},
-	{"reload_interval", "reload-interval"},
-	{"shutdown_grace", "grace"},
-	{"shutdown_drain_delay", "drain-delay"},
+// ErrUsage marks errors that are the user's invocation, not the work: exit code 2. Every
+// error Load returns is one; cmd/server's other commands use it too.
+var ErrUsage = errors.New("usage error")
+
+// Error is every problem found in serve's settings, one per line. It is a usage error.
+type Error []string
+
+// Error is the problems, one a line.
+func (e Error) Error() string { return strings.Join(e, "\n") }
+
+// Is says that e is ErrUsage.
+func (e Error) Is(target error) bool { return target == ErrUsage }
+
+// Parse reads serve's settings from args, the environment and the --config file. Flag
+// errors and --help's usage go to stderr.
+func Parse(args []string, stderr io.Writer) (Serve, error) {
+	return Load(args, os.Getenv, stderr)
 }
 
-// pathFlags take paths; in the config file a relative one is from the file's folder. The
-// folders of --model are too, each of its list (relModelDirs).
-var pathFlags = map[string]bool{"models": true, "ort-lib": true, "api-key-file": true}
-
-// envName is the environment variable of a flag: --max-batch is ORTSERVE_MAX_BATCH.
-func envName(flagName string) string {
-	return "ORTSERVE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// fileKey is the config file key that a flag sets, or "".
-func fileKey(flagName string) string {
-	for _, k := range fileKeys {
-		if k.flag == flagName {
-			return k.key
-		}
-	}
-	return ""
-}
-
-// configError is every problem found in serve's settings, one per line. It is a usage error.
-type configError []string
-
-func (e configError) Error() string        { return strings.Join(e, "\n") }
-func (e configError) Is(target error) bool { return target == errUsage }
-
-// parseServe reads serve's settings from args, the environment and the --config file.
-func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
-	return loadServe(args, os.Getenv, stderr)
-}
-
-// loadServe is parseServe with the environment given as getenv.
-func loadServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+// Load is Parse with the environment given as getenv. A problem with the settings is an
+// Error, each of its lines naming where the value came from.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (Serve, error) {
 	// The flags are parsed first on their own, to learn --config and which flags were given;
 	// those are applied last, over the file and the environment.
-	given := defaultServeConfig()
-	fs := serveFlags(&given)
+	given := Default()
+	fs := flags(&given)
 	fs.SetOutput(stderr)
 	fs.VisitAll(func(f *flag.Flag) {
 		if key := fileKey(f.Name); key != "" {
-			f.Usage += fmt.Sprintf(" (file: %s, env: %s)", key, envName(f.Name))
+			f.Usage += fmt.Sprintf(" (file: %s, env: %s)", key, EnvName(f.Name))
 		} else {
-			f.Usage += fmt.Sprintf(" (env: %s)", envName(f.Name))
+			f.Usage += fmt.Sprintf(" (env: %s)", EnvName(f.Name))
 		}
 	})
 	fs.Usage = func() {
@@ -121,15 +63,15 @@ then flags; each overrides the ones before it. docs/config.md describes them all
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return given, fmt.Errorf("%w: %w", errUsage, err)
+		return given, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if fs.NArg() > 0 {
-		return given, fmt.Errorf("unexpected arguments %v (%w)", fs.Args(), errUsage)
+		return given, fmt.Errorf("unexpected arguments %v (%w)", fs.Args(), ErrUsage)
 	}
 
-	c := defaultServeConfig()
+	c := Default()
 	l := newLoader(&c)
-	c.Config = getenv(envName("config"))
+	c.Config = getenv(EnvName("config"))
 	if isSet(fs, "config") {
 		c.Config = given.Config
 	}
@@ -148,7 +90,7 @@ then flags; each overrides the ones before it. docs/config.md describes them all
 	})
 	l.validate()
 	if len(l.problems) > 0 {
-		return c, configError(l.problems)
+		return c, Error(l.problems)
 	}
 	return c, nil
 }
@@ -173,16 +115,16 @@ const (
 	fromFlag
 )
 
-// loader applies layers of settings to a serveConfig and collects the problems it finds.
+// loader applies layers of settings to a Serve and collects the problems it finds.
 type loader struct {
-	c        *serveConfig
+	c        *Serve
 	flags    *flag.FlagSet // bound to c's fields
 	from     map[string]source
 	problems []string
 }
 
-func newLoader(c *serveConfig) *loader {
-	return &loader{c: c, flags: serveFlags(c), from: map[string]source{}}
+func newLoader(c *Serve) *loader {
+	return &loader{c: c, flags: flags(c), from: map[string]source{}}
 }
 
 // subject names a setting's value as the user gave it, for a problem's line.
@@ -197,7 +139,7 @@ func (l *loader) subject(name, value string, src source) string {
 	case fromFile:
 		return fmt.Sprintf("config %s: line %d: %s %s", src.file, src.line, key, value)
 	case fromEnv:
-		return fmt.Sprintf("%s=%s (%s)", envName(name), value, key)
+		return fmt.Sprintf("%s=%s (%s)", EnvName(name), value, key)
 	case fromFlag:
 		return fmt.Sprintf("--%s %s (%s)", name, value, key)
 	}
@@ -239,7 +181,7 @@ func (l *loader) set(name, value string, src source) {
 // env applies the ORTSERVE_* variables that are set and not empty.
 func (l *loader) env(getenv func(string) string) {
 	l.flags.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && f.Name != "config" {
+		if v := getenv(EnvName(f.Name)); v != "" && f.Name != "config" {
 			l.set(f.Name, v, source{kind: fromEnv})
 		}
 	})
@@ -304,9 +246,9 @@ func (l *loader) mapping(path, section string, n *yaml.Node, bad func(string, ..
 			continue
 		}
 		var name string
-		for _, fk := range fileKeys {
-			if fk.key == key {
-				name = fk.flag
+		for _, fk := range FileKeys {
+			if fk.Key == key {
+				name = fk.Flag
 			}
 		}
 		switch {
@@ -345,18 +287,18 @@ func resolve(n *yaml.Node) *yaml.Node {
 }
 
 func isSection(name string) bool {
-	return slices.ContainsFunc(fileKeys, func(k struct{ key, flag string }) bool {
-		return strings.HasPrefix(k.key, name+".")
+	return slices.ContainsFunc(FileKeys, func(k FileKey) bool {
+		return strings.HasPrefix(k.Key, name+".")
 	})
 }
 
 // keysIn lists the keys of a section ("" for the top level), sections included.
 func keysIn(section string) []string {
 	var out []string
-	for _, k := range fileKeys {
-		rest, ok := k.key, section == ""
+	for _, k := range FileKeys {
+		rest, ok := k.Key, section == ""
 		if section != "" {
-			rest, ok = strings.CutPrefix(k.key, section+".")
+			rest, ok = strings.CutPrefix(k.Key, section+".")
 		}
 		if !ok {
 			continue
@@ -368,6 +310,11 @@ func keysIn(section string) []string {
 	}
 	return out
 }
+
+// devices are the --device values that runtime/ort.ParseDevice takes. They are not asked of
+// it: runtime/ort is cgo, and this package builds without. cmd/server's TestDevices holds
+// the two to agree.
+var devices = []string{"auto", "cuda", "cpu"}
 
 // validate checks the merged settings, a problem per bad value.
 func (l *loader) validate() {
@@ -393,8 +340,7 @@ func (l *loader) validate() {
 		names[md.Name] = true
 	}
 	check(c.ORTLib != "", "ort-lib", "name the ONNX Runtime library, libonnxruntime.so")
-	_, err = ort.ParseDevice(c.Device)
-	check(err == nil, "device", "unknown device %q: use auto, cuda or cpu", c.Device)
+	check(slices.Contains(devices, c.Device), "device", "unknown device %q: use auto, cuda or cpu", c.Device)
 	atLeast(0, "device-id", int64(c.DeviceID))
 	atLeast(0, "sessions", int64(c.Sessions))
 	atLeast(0, "threads", int64(c.Threads))
@@ -451,126 +397,3 @@ func readKeyFile(path string) ([]string, error) {
 	}
 	return keys, nil
 }
-
-// listFlag is a comma-separated list of values; each layer that sets it (file, environment,
-// flag) replaces the list, as for any other setting. Blanks are dropped.
-type listFlag struct{ p *[]string }
-
-func (f listFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strings.Join(*f.p, ",")
-}
-
-func (f listFlag) Set(s string) error {
-	*f.p = nil
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			*f.p = append(*f.p, v)
-		}
-	}
-	return nil
-}
-
-func (f listFlag) Get() any { return f.String() }
-
-// modelFlag is --model: model folders served on their own, each DIR or NAME=DIR. On the
-// command line it may be given more than once, and a value may list several, comma-separated,
-// as the file and the environment do. Like any setting, each layer that sets it replaces the
-// list of the one before (loader.set resets it first).
-type modelFlag struct{ p *[]string }
-
-func (f modelFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strings.Join(*f.p, ",")
-}
-
-func (f modelFlag) Set(s string) error {
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v == "" {
-			continue
-		}
-		if _, err := parseModelDir(v); err != nil {
-			return err
-		}
-		*f.p = append(*f.p, v)
-	}
-	return nil
-}
-
-func (f modelFlag) Get() any { return f.String() }
-
-// Reset empties the list, for the next layer to set it anew.
-func (f modelFlag) Reset() { *f.p = nil }
-
-// sources are where serve finds its models: the repository and the --model folders. The
-// commands that find a model by name (gate, inspect, tune, bench) look there too
-// (models.Find), so that each knows the models serve serves.
-func (c serveConfig) sources() models.Sources {
-	src := models.Sources{Root: c.Models}
-	for _, s := range c.Model {
-		md, _ := parseModelDir(s) // validated
-		src.Models = append(src.Models, md)
-	}
-	return src
-}
-
-// parseModelDir reads one --model value: DIR, or NAME=DIR to serve the folder's model under
-// NAME. A value whose part before "=" holds a path separator is a folder.
-func parseModelDir(s string) (models.ModelDir, error) {
-	name, dir, ok := strings.Cut(s, "=")
-	if !ok || strings.ContainsAny(name, `/\`) {
-		return models.ModelDir{Dir: s}, nil
-	}
-	switch {
-	case name == "":
-		return models.ModelDir{}, fmt.Errorf("%q: put the model's name before =, or leave the = out", s)
-	case dir == "":
-		return models.ModelDir{}, fmt.Errorf("%q: name the model folder after =", s)
-	case strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "":
-		return models.ModelDir{}, fmt.Errorf("model name %q: use letters, digits, '.', '_' and '-'", name)
-	}
-	return models.ModelDir{Name: name, Dir: dir}, nil
-}
-
-// relModelDirs takes --model's relative folders from base, the config file's folder.
-func relModelDirs(value, base string) string {
-	items := strings.Split(value, ",")
-	for i, v := range items {
-		v = strings.TrimSpace(v)
-		md, err := parseModelDir(v)
-		if err != nil || v == "" || filepath.IsAbs(md.Dir) {
-			items[i] = v
-			continue
-		}
-		items[i] = filepath.Join(base, md.Dir)
-		if md.Name != "" {
-			items[i] = md.Name + "=" + items[i]
-		}
-	}
-	return strings.Join(items, ",")
-}
-
-// sloFlag is --slo: a latency objective as p95=50ms (runtime.ParseSLO), empty for none.
-type sloFlag struct{ d *time.Duration }
-
-func (f sloFlag) String() string {
-	if f.d == nil {
-		return ""
-	}
-	return runtime.FormatSLO(*f.d)
-}
-
-func (f sloFlag) Set(s string) error {
-	d, err := runtime.ParseSLO(s)
-	if err != nil {
-		return err
-	}
-	*f.d = d
-	return nil
-}
-
-func (f sloFlag) Get() any { return f.String() }
