@@ -252,7 +252,7 @@ func TestBenchOfflineFolderNamedOtherwise(t *testing.T) {
 // and bench must count them as errors rather than report a fast server.
 func TestBenchURL(t *testing.T) {
 	t.Parallel()
-	url := sharedServer(t)
+	url := loadServer(t)
 	tests := []struct {
 		name   string
 		route  []string // --route, if given
@@ -315,7 +315,7 @@ func TestBenchURL(t *testing.T) {
 // that are not reports of this schema.
 func TestBenchCompare(t *testing.T) {
 	t.Parallel()
-	url := sharedServer(t)
+	url := loadServer(t)
 	dir := t.TempDir()
 	before, after := filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
 	if code, stdout, stderr := benchRun("--url", url, "--model", "minilm", "--versions", "fp32", "--rate", "20",
@@ -402,7 +402,7 @@ func writeReport(t *testing.T, path string, r *bench.Report) {
 // and one line that names what to fix. Rows that need /info run against a real server.
 func TestBenchUsage(t *testing.T) {
 	t.Parallel()
-	url := sharedServer(t)
+	url := loadServer(t)
 	tests := []struct {
 		name string
 		args []string // "URL" is replaced by the server's URL
@@ -418,7 +418,7 @@ func TestBenchUsage(t *testing.T) {
 		{"not a url", []string{"--url", "127.0.0.1:8080", "--rate", "10"}, []string{"--url", "http://127.0.0.1:8080"}},
 		{"bad arrival", []string{"--url", "URL", "--rate", "10", "--arrival", "weird"}, []string{"--arrival", `"weird"`, "poisson"}},
 		{"bad route", []string{"--url", "URL", "--rate", "10", "--route", "/classify"}, []string{`"/classify"`, "/embed"}},
-		{"unknown model", []string{"--url", "URL", "--rate", "10", "--model", "nope"}, []string{"--model", `"nope"`, "[minilm reranker sentiment]"}},
+		{"unknown model", []string{"--url", "URL", "--rate", "10", "--model", "nope"}, []string{"--model", `"nope"`, "[minilm]"}},
 		{"unknown version", []string{"--url", "URL", "--rate", "10", "--model", "minilm", "--versions", "fp32,fp64"}, []string{"--versions", `"fp64"`, "fp32", "int8"}},
 		{"missing data", []string{"--url", "URL", "--rate", "10", "--data", "missing.csv"}, []string{"missing.csv"}},
 		{"data of unknown format", []string{"--url", "URL", "--rate", "10", "--data", "bench_test.go"}, []string{"bench_test.go", "unknown format"}},
@@ -472,7 +472,7 @@ func TestBenchUnreachable(t *testing.T) {
 // Two servers (two configs, say) compared in one run: each labelled, steps interleaved.
 func TestBenchTwoServers(t *testing.T) {
 	t.Parallel()
-	a := sharedServer(t)
+	a := loadServer(t)
 	b := startServer(t, "--models", minilmOnly(t), "--max-batch", "4")
 	path := filepath.Join(t.TempDir(), "r.json")
 	code, stdout, stderr := benchRun("--url", "default="+a+",small="+b, "--model", "minilm", "--versions", "fp32",

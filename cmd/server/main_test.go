@@ -44,9 +44,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	if shared.stop != nil {
-		if err := shared.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "shared server shutdown:", err)
+	for name, s := range map[string]*lazyServer{"shared": &shared, "load": &loadShared} {
+		if err := s.close(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s server shutdown: %v\n", name, err)
 			code = 1
 		}
 	}
@@ -249,44 +249,99 @@ func launch(args ...string) (url string, stop func() error, err error) {
 	}
 }
 
-// shared is one in-process server of the whole built repository, make run's, started by
-// the first test that asks for it (sharedServer) and stopped by TestMain after every test.
-var shared struct {
+// lazyServer is an in-process server that the first test asking for it starts, and that
+// TestMain stops after every test.
+type lazyServer struct {
 	once sync.Once
 	url  string
 	stop func() error
+	dir  string // a repository made for it, removed at the end
 	err  error
 }
 
-// sharedServer returns the shared server's URL. Tests that only send requests to make run's
-// models use it, and may run in parallel: none of them changes the server.
+// start starts the server once, with the arguments args returns, and returns its URL.
+func (s *lazyServer) start(t testing.TB, args func() ([]string, error)) string {
+	t.Helper()
+	s.once.Do(func() {
+		a, err := args()
+		if err != nil {
+			s.err = err
+			return
+		}
+		s.url, s.stop, s.err = launch(a...)
+	})
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.url
+}
+
+func (s *lazyServer) close() error {
+	var err error
+	if s.stop != nil {
+		err = s.stop()
+	}
+	if s.dir != "" {
+		err = errors.Join(err, os.RemoveAll(s.dir))
+	}
+	return err
+}
+
+// shared is one server of the whole built repository, make run's.
+var shared lazyServer
+
+// sharedServer returns the shared server's URL. Tests that only send a few requests to make
+// run's models use it, and may run in parallel: none of them changes the server, nor loads it
+// so that another's gauges would read other than idle.
 func sharedServer(t testing.TB) string {
 	t.Helper()
-	shared.once.Do(func() { shared.url, shared.stop, shared.err = launch() })
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.url
+	return shared.start(t, func() ([]string, error) { return nil, nil })
+}
+
+// loadShared is one server of minilm's fp32 and int8, with the default settings, for the
+// tests that put load on a server (bench's) but need it for nothing else.
+var loadShared lazyServer
+
+// loadServer returns the load server's URL.
+func loadServer(t testing.TB) string {
+	t.Helper()
+	return loadShared.start(t, func() ([]string, error) {
+		dir, err := os.MkdirTemp("", "ortserve-load-")
+		if err != nil {
+			return nil, err
+		}
+		loadShared.dir = dir
+		return []string{"--models", dir}, writeVersionRepo(dir, "minilm", "fp32", "int8")
+	})
 }
 
 // versionRepo is a repository of one model of the built repository, with only the versions
 // named (its default the first), for tests that need a server but not every version.
 func versionRepo(t testing.TB, model string, versions ...string) string {
 	t.Helper()
+	root := t.TempDir()
+	if err := writeVersionRepo(root, model, versions...); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// writeVersionRepo writes versionRepo's repository into root: model's folder, of links to
+// the built files and a model.yaml with only the versions named.
+func writeVersionRepo(root, model string, versions ...string) error {
 	src := filepath.Join(os.Getenv("ORTSERVE_MODELS"), model)
 	cfg, err := os.ReadFile(filepath.Join(src, "model.yaml"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	yaml, _, ok := strings.Cut(string(cfg), "versions:")
 	if !ok {
-		t.Fatalf("%s/model.yaml has no versions", src)
+		return fmt.Errorf("%s/model.yaml has no versions", src)
 	}
 	yaml = regexp.MustCompile(`(?m)^default_version: .*$`).ReplaceAllString(yaml, "default_version: "+versions[0]) + "versions:\n"
-	root := t.TempDir()
 	dir := filepath.Join(root, model)
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	links := []string{"tokenizer.json"}
 	for _, v := range versions {
@@ -298,13 +353,10 @@ func versionRepo(t testing.TB, model string, versions ...string) string {
 	}
 	for _, f := range links {
 		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "model.yaml"), []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return root
+	return os.WriteFile(filepath.Join(dir, "model.yaml"), []byte(yaml), 0o644)
 }
 
 // postRaw posts body as JSON and returns the response with its whole body read.

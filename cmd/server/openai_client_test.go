@@ -19,7 +19,7 @@ import (
 func TestOpenAIPythonClient(t *testing.T) {
 	t.Parallel()
 	python := clientsPython(t)
-	url := sharedServer(t)
+	url := loadServer(t)
 	var texts []string
 	readGolden(t, "texts.json", &texts)
 	texts = texts[:8] // a batch, within --max-inputs; includes the empty and blank strings

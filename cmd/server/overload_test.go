@@ -44,6 +44,7 @@ const (
 // sentence per request and the next as soon as an answer comes, 429s included, offer two
 // bursts of 3 s.
 func TestOverload(t *testing.T) {
+	t.Parallel() // its bound is in the server's own batch time and 429 round trip, as measured
 	srv := startChild(t, "--models", versionRepo(t, "minilm", "int8"), "--device", "cpu",
 		"--max-queue-requests", strconv.Itoa(overloadQueue), "--max-in-flight", strconv.Itoa(overloadInFlight),
 		"--max-batch", strconv.Itoa(overloadBatch), "--max-queue-delay", overloadDelay.String())
