@@ -82,9 +82,9 @@ func TestBenchSelf(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, htmlPath, mdPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html"), filepath.Join(dir, "r.md")
 	// --self reads serve's settings from the environment, as serve does: a one-model
-	// repository, and a largest batch of 4 so that the offline measurement has three batch
-	// sizes to run rather than six.
-	code, stdout, stderr := benchChild(t, []string{"ORTSERVE_MODELS=" + sentimentOnly(t), "ORTSERVE_MAX_BATCH=4"},
+	// repository of the two versions measured, and a largest batch of 4 so that the offline
+	// measurement has three batch sizes to run rather than six.
+	code, stdout, stderr := benchChild(t, []string{"ORTSERVE_MODELS=" + versionRepo(t, "sentiment", "fp32", "int8"), "ORTSERVE_MAX_BATCH=4"},
 		"--self", "--model", "sentiment", "--versions", "fp32,int8", "--slo", "p95=2s",
 		"--search-start", "8", "--search-steps", "2", "--step", "1s", "--warmup", "200ms", "--offline-step", "200ms",
 		"--json", jsonPath, "--html", htmlPath, "--md", mdPath, "--quiet")
