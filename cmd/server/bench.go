@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
+	"github.com/ortserve/ortserve/bench/offline"
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
@@ -201,7 +202,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if c.Opts.Search.Start == 0 {
 		c.Opts.Search.Start = 16
-		if raw := minOffline(c.Opts.Offline); raw > 0 {
+		if raw := offline.Slowest(c.Opts.Offline); raw > 0 {
 			c.Opts.Search.Start = math.Max(1, math.Round(raw/4/float64(c.Opts.Inputs)))
 		}
 	}

@@ -3,12 +3,12 @@ package main
 // `server inspect MODEL_OR_FILE` reports what an ONNX file holds (size, format, signature,
 // operators, quantized and fp16 content) and where ONNX Runtime places its nodes, from ONNX
 // Runtime's own profile of one run on dummy inputs. serve logs the same one-line summary per
-// version at load (backend.logPlacement).
+// version at load (backend.logPlacement). Here the files are found, read and placed; package
+// cmd/server/internal/inspect lays out the report and the log lines.
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,12 +18,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
+	"github.com/ortserve/ortserve/cmd/server/internal/inspect"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/runtime/ort"
@@ -161,37 +160,14 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer env.Close()
-	return inspect(ctx, c, targets, env, stdout)
+	return inspectFiles(ctx, c, targets, env, stdout)
 }
 
-// inspectReport is the whole report: what --json writes.
-type inspectReport struct {
-	ORTVersion string `json:"ort_version"`
-	Device     string `json:"device"`   // asked for
-	Provider   string `json:"provider"` // given to the sessions
-	// FallbackReason says why CUDA was asked for and CPU is used.
-	FallbackReason string       `json:"fallback_reason,omitempty"`
-	Files          []fileReport `json:"files"`
-}
-
-// fileReport is one file's part of the report.
-type fileReport struct {
-	Model   string         `json:"model,omitempty"`
-	Version string         `json:"version,omitempty"`
-	Devices []string       `json:"devices,omitempty"`
-	File    onnx.ModelInfo `json:"file"`
-	Place   *ort.Placement `json:"placement,omitempty"`
-	// PlaceError says why the placement could not be seen.
-	PlaceError string `json:"placement_error,omitempty"`
-	Summary    string `json:"summary"`
-	Took       string `json:"took"` // reading the file and placing it
-}
-
-// inspect reports on every target, on an ONNX Runtime environment the caller owns. A file
+// inspectFiles reports on every target, on an ONNX Runtime environment the caller owns. A file
 // that cannot be read or placed is reported as far as it goes, and the command fails at the
 // end.
-func inspect(ctx context.Context, c inspectConfig, targets []inspectTarget, env *ort.Env, stdout io.Writer) error {
-	r := inspectReport{ORTVersion: env.Version(), Device: c.serve.Device}
+func inspectFiles(ctx context.Context, c inspectConfig, targets []inspectTarget, env *ort.Env, stdout io.Writer) error {
+	r := inspect.Report{ORTVersion: env.Version(), Device: c.serve.Device}
 	sc := c.serve
 	if sc.Device == string(ort.DeviceCUDA) {
 		sc.Device = string(ort.DeviceAuto) // inspect says where nodes would go; without CUDA, that is CPU
@@ -203,18 +179,16 @@ func inspect(ctx context.Context, c inspectConfig, targets []inspectTarget, env 
 	r.Provider, r.FallbackReason = string(provider), why
 	opts := ort.Options{Provider: provider, DeviceID: c.serve.DeviceID, IntraOpThreads: 1, InterOpThreads: 1}
 	if !c.JSON {
-		fmt.Fprintf(stdout, "ONNX Runtime %s; device %s: %s", r.ORTVersion, r.Device, r.Provider)
-		if why != "" {
-			fmt.Fprintf(stdout, " (CUDA unavailable, placing on CPU: %s)", why)
+		if err := inspect.WriteHeader(stdout, r); err != nil {
+			return err
 		}
-		fmt.Fprint(stdout, "\n\n")
 	}
 	var failed []string
 	for _, t := range targets {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		f := fileReport{Model: t.Model, Version: t.Version, Devices: t.Devices}
+		f := inspect.File{Model: t.Model, Version: t.Version, Devices: t.Devices}
 		start := time.Now()
 		m, err := onnx.ReadModel(t.Path)
 		if err != nil {
@@ -225,21 +199,19 @@ func inspect(ctx context.Context, c inspectConfig, targets []inspectTarget, env 
 			f.PlaceError = err.Error()
 			failed = append(failed, cmp.Or(t.Version, t.Path))
 		} else {
-			f.Place = &p
+			f.Place = placementView(p)
 		}
 		f.Took = time.Since(start).Round(time.Millisecond).String()
-		f.Summary = kvLine(placementSummary(m, f.Place, provider))
+		f.Summary = inspect.KVLine(inspect.Summary(m, f.Place, string(provider)))
 		r.Files = append(r.Files, f)
 		if !c.JSON {
-			if err := writeFileReport(stdout, f); err != nil {
+			if err := inspect.WriteFile(stdout, f); err != nil {
 				return err
 			}
 		}
 	}
 	if c.JSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
+		if err := inspect.WriteJSON(stdout, r); err != nil {
 			return err
 		}
 	}
@@ -247,193 +219,6 @@ func inspect(ctx context.Context, c inspectConfig, targets []inspectTarget, env 
 		return fmt.Errorf("could not see the placement of %s: the report says why", strings.Join(failed, ", "))
 	}
 	return nil
-}
-
-// placementSummary is the one-line summary of a file's placement that inspect prints and
-// serve logs at load, as key-value pairs: the provider the sessions get, the file's nodes and
-// quantized nodes, and the nodes per provider after ONNX Runtime's optimizations. Without a
-// placement, placed is all:CPUExecutionProvider on CPU (the only provider there: serve does
-// not profile it) and unknown on another provider.
-func placementSummary(m onnx.ModelInfo, p *ort.Placement, provider ort.Provider) []any {
-	kv := []any{"provider", string(provider), "nodes", m.Nodes, "quantized", m.QuantizedNodes}
-	if m.FP16Initializers > 0 || m.FP16Casts > 0 {
-		kv = append(kv, "fp16_initializers", m.FP16Initializers)
-	}
-	if p == nil {
-		if provider != ort.ProviderCPU {
-			return append(kv, "placed", ort.ProviderUnknown)
-		}
-		return append(kv, "placed", "all:"+string(ort.ProviderCPU))
-	}
-	placed := make([]string, len(p.Providers))
-	for i, c := range p.Providers {
-		placed[i] = fmt.Sprintf("%s:%d", c.Provider, c.Nodes)
-	}
-	return append(kv, "placed", strings.Join(placed, ","), "placed_nodes", p.Nodes, "placed_quantized", p.QuantizedNodes)
-}
-
-// fallbackOps counts the nodes ONNX Runtime put on CPU per operator: "MatMulInteger:18,...".
-func fallbackOps(p ort.Placement) string {
-	var out []string
-	for _, o := range p.Ops {
-		if o.Provider == string(ort.ProviderCPU) {
-			out = append(out, fmt.Sprintf("%s:%d", o.Op, o.Nodes))
-		}
-	}
-	return strings.Join(out, ",")
-}
-
-// kvLine writes key-value pairs as slog's text handler does: k=v separated by spaces.
-func kvLine(kv []any) string {
-	var b strings.Builder
-	for i := 0; i+1 < len(kv); i += 2 {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%v=%v", kv[i], kv[i+1])
-	}
-	return b.String()
-}
-
-// mib formats a size in bytes.
-func mib(n int64) string {
-	if n < 1<<20 {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-}
-
-// writeFileReport writes one file's part of the text report.
-func writeFileReport(w io.Writer, f fileReport) error {
-	m := f.File
-	title := m.Path
-	if f.Model != "" {
-		title = fmt.Sprintf("%s/%s  %s", f.Model, f.Version, m.Path)
-		if len(f.Devices) > 0 {
-			title += fmt.Sprintf("  (devices: %s)", strings.Join(f.Devices, ", "))
-		}
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\n", title)
-	opsets := make([]string, len(m.Opsets))
-	for i, o := range m.Opsets {
-		opsets[i] = fmt.Sprintf("%s %d", o.Domain, o.Version)
-	}
-	fmt.Fprintf(tw, "  file\t%s, IR version %d, produced by %s, opsets %s\n", mib(m.Size), m.IRVersion,
-		cmp.Or(strings.TrimSpace(m.Producer+" "+m.ProducerVersion), "(unknown)"), cmp.Or(strings.Join(opsets, ", "), "(none)"))
-	for i, vs := range [][]onnx.IOInfo{m.Inputs, m.Outputs} {
-		label := [2]string{"inputs", "outputs"}[i]
-		for j, v := range vs {
-			if j > 0 {
-				label = ""
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", label, v.Name, v.Type, onnx.ShapeString(v.Shape))
-		}
-	}
-	fp16 := "no"
-	if m.FP16Initializers > 0 || m.FP16Casts > 0 {
-		fp16 = fmt.Sprintf("%d of %d initializers, %d Cast nodes to float16", m.FP16Initializers, m.Initializers, m.FP16Casts)
-	}
-	fmt.Fprintf(tw, "  graph\t%d nodes, %d quantized; fp16: %s\n", m.Nodes, m.QuantizedNodes, fp16)
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-
-	fmt.Fprintf(w, "  operators in the file (* quantized):\n")
-	rows := make([][]string, len(m.Ops))
-	for i, o := range m.Ops {
-		op := o.Op
-		if o.Domain != "ai.onnx" {
-			op = o.Domain + "." + op
-		}
-		if o.Quantized {
-			op += "*"
-		}
-		rows[i] = []string{op, strconv.Itoa(o.Nodes)}
-	}
-	writeTable(w, "    ", rows)
-
-	switch p := f.Place; p {
-	case nil:
-		fmt.Fprintf(w, "  placement: not seen: %s\n", f.PlaceError)
-	default:
-		fmt.Fprintf(w, "  placement on %s, from ONNX Runtime's profile of one run:\n", p.Provider)
-		fmt.Fprintf(w, "    %d nodes after ONNX Runtime's graph optimizations (the file has %d); %d quantized\n", p.Nodes, m.Nodes, p.QuantizedNodes)
-		writePlacementTable(w, *p)
-		switch {
-		case p.Provider == ort.ProviderCPU:
-		case len(p.Fallback) == 0:
-			fmt.Fprintf(w, "    no node fell back to CPU\n")
-		default:
-			fmt.Fprintf(w, "    %d nodes fell back to CPU:\n", len(p.Fallback))
-			for _, n := range p.Fallback {
-				fmt.Fprintf(w, "      %s (%s)\n", cmp.Or(n.Name, "(unnamed)"), n.Op)
-			}
-		}
-	}
-	_, err := fmt.Fprintf(w, "  summary: %s (took %s)\n\n", f.Summary, f.Took)
-	return err
-}
-
-// writePlacementTable writes the nodes per operator, a column per provider, most nodes first.
-func writePlacementTable(w io.Writer, p ort.Placement) {
-	col := map[string]int{}
-	head := []string{"operator (* quantized)"}
-	all := []string{"all"}
-	for i, c := range p.Providers {
-		col[c.Provider] = i
-		head = append(head, c.Provider)
-		all = append(all, strconv.Itoa(c.Nodes))
-	}
-	counts := map[string][]int{}
-	totals := map[string]int{}
-	var ops []string
-	for _, o := range p.Ops {
-		if counts[o.Op] == nil {
-			counts[o.Op] = make([]int, len(p.Providers))
-			ops = append(ops, o.Op)
-		}
-		counts[o.Op][col[o.Provider]] += o.Nodes
-		totals[o.Op] += o.Nodes
-	}
-	slices.SortStableFunc(ops, func(a, b string) int { return totals[b] - totals[a] })
-	rows := [][]string{head, all}
-	for _, op := range ops {
-		row := []string{op}
-		if onnx.IsQuantizedOp(op) {
-			row[0] += "*"
-		}
-		for _, n := range counts[op] {
-			row = append(row, strconv.Itoa(n))
-		}
-		rows = append(rows, row)
-	}
-	writeTable(w, "    ", rows)
-}
-
-// writeTable writes rows as columns: the first left-aligned, the others right-aligned.
-func writeTable(w io.Writer, indent string, rows [][]string) {
-	var width []int
-	for _, row := range rows {
-		for i, cell := range row {
-			if i == len(width) {
-				width = append(width, 0)
-			}
-			width[i] = max(width[i], len(cell))
-		}
-	}
-	for _, row := range rows {
-		var b strings.Builder
-		b.WriteString(indent)
-		for i, cell := range row {
-			if i == 0 {
-				fmt.Fprintf(&b, "%-*s", width[0], cell)
-			} else {
-				fmt.Fprintf(&b, "  %*s", width[i], cell)
-			}
-		}
-		fmt.Fprintln(w, b.String())
-	}
 }
 
 // logPlacement logs where a version's nodes run, once, when the version is loaded: the
@@ -448,25 +233,38 @@ func (b *backend) logPlacement(spec models.ExecSpec) {
 		b.log.Warn("placement not checked", "model", spec.Model, "version", spec.Version, "err", err)
 		return
 	}
-	var p *ort.Placement
+	var p *inspect.Placement
 	if b.opts.Provider != ort.ProviderCPU {
 		placed, err := b.env.Place(m, b.opts)
 		if err != nil {
 			b.log.Warn("placement not checked", "model", spec.Model, "version", spec.Version, "err", err)
 		} else {
-			p = &placed
+			p = placementView(placed)
 		}
 	}
-	writePlacementLog(b.log, spec, m, p, b.opts.Provider, time.Since(start))
+	inspect.LogPlacement(b.log, spec.Model, spec.Version, m, p, string(b.opts.Provider), time.Since(start))
 }
 
-// writePlacementLog logs a version's placement summary, and a warning if it has nodes on CPU
-// although its sessions run on another provider.
-func writePlacementLog(log *slog.Logger, spec models.ExecSpec, m onnx.ModelInfo, p *ort.Placement, provider ort.Provider, took time.Duration) {
-	attrs := append([]any{"model", spec.Model, "version", spec.Version}, placementSummary(m, p, provider)...)
-	log.Info("placement", append(attrs, "took", took.Round(time.Millisecond))...)
-	if p != nil && len(p.Fallback) > 0 {
-		log.Warn("nodes of a "+string(provider)+" version run on CPU: expect copies between host and device; `server inspect` lists them",
-			"model", spec.Model, "version", spec.Version, "cpu_nodes", len(p.Fallback), "ops", fallbackOps(*p))
+// placementView is p as package inspect lays it out: the same fields, and nil where p has nil.
+func placementView(p ort.Placement) *inspect.Placement {
+	return &inspect.Placement{
+		Provider:       string(p.Provider),
+		Nodes:          p.Nodes,
+		Providers:      convertAll(p.Providers, func(c ort.ProviderCount) inspect.ProviderCount { return inspect.ProviderCount(c) }),
+		Ops:            convertAll(p.Ops, func(o ort.OpPlacement) inspect.OpPlacement { return inspect.OpPlacement(o) }),
+		QuantizedNodes: p.QuantizedNodes,
+		Fallback:       convertAll(p.Fallback, func(n ort.PlacedNode) inspect.PlacedNode { return inspect.PlacedNode(n) }),
 	}
+}
+
+// convertAll converts each element of in; nil stays nil.
+func convertAll[T, U any](in []T, f func(T) U) []U {
+	if in == nil {
+		return nil
+	}
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +111,7 @@ func TestOfflineLimitCancel(t *testing.T) {
 		stop := time.AfterFunc(100*time.Millisecond, cancel)
 		defer stop.Stop()
 		start := time.Now()
-		_, err = r.measure(ctx, 4, time.Hour)
+		_, err = r.Measure(ctx, 4, time.Hour)
 		if err != context.Canceled { //nolint:errorlint // the error itself, not one wrapping it
 			t.Errorf("error %v; want context.Canceled itself", err)
 		}
@@ -120,24 +119,4 @@ func TestOfflineLimitCancel(t *testing.T) {
 			t.Errorf("returned %v after the cancel; want promptly", d)
 		}
 	})
-}
-
-func TestOfflineBatches(t *testing.T) {
-	tests := []struct {
-		most int
-		want []int
-	}{
-		{0, nil},
-		{-3, nil},
-		{1, []int{1}},
-		{2, []int{1, 2}},
-		{5, []int{1, 2, 4, 5}},
-		{8, []int{1, 2, 4, 8}},
-		{48, []int{1, 2, 4, 8, 16, 32, 48}},
-	}
-	for _, tt := range tests {
-		if got := offlineBatches(tt.most); !slices.Equal(got, tt.want) {
-			t.Errorf("offlineBatches(%d) = %v; want %v", tt.most, got, tt.want)
-		}
-	}
 }

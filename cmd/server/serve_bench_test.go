@@ -133,10 +133,10 @@ func BenchmarkRawSession(b *testing.B) {
 	}
 	defer r.Close()
 	for _, size := range []int{1, 4, 16, 32, 64} {
-		b.Run(fmt.Sprintf("sessions=%d/threads=%d/batch=%d", len(r.sessions), be.threads, size), func(b *testing.B) {
+		b.Run(fmt.Sprintf("sessions=%d/threads=%d/batch=%d", len(r.Sessions), be.threads, size), func(b *testing.B) {
 			var items, p50 float64
 			for b.Loop() {
-				p, err := r.measure(b.Context(), size, time.Second)
+				p, err := r.Measure(b.Context(), size, time.Second)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -129,7 +129,7 @@ func sessionInvariance(t *testing.T, model string, task models.Task, version str
 		t.Fatal(err)
 	}
 	defer r.Close()
-	s := r.sessions[0]
+	s := r.Sessions[0]
 	answers := func(encs []tokenize.Encoding) [][]float32 {
 		out, err := s.Run(t.Context(), tokenize.Pad(encs))
 		if err != nil {
@@ -149,12 +149,12 @@ func sessionInvariance(t *testing.T, model string, task models.Task, version str
 		}
 		return res
 	}
-	batched := answers(r.encs)
-	if cols := tokenize.Pad(r.encs).Cols; cols < 4*r.encs[0].Len() {
-		t.Fatalf("the batch is %d tokens wide and its first text %d: want texts of mixed lengths", cols, r.encs[0].Len())
+	batched := answers(r.Encodings)
+	if cols := tokenize.Pad(r.Encodings).Cols; cols < 4*r.Encodings[0].Len() {
+		t.Fatalf("the batch is %d tokens wide and its first text %d: want texts of mixed lengths", cols, r.Encodings[0].Len())
 	}
 	got := invariance{minCos: 1}
-	for i, e := range r.encs {
+	for i, e := range r.Encodings {
 		got.add(task, answers([]tokenize.Encoding{e})[0], batched[i])
 	}
 	return got

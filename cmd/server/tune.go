@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/bench"
+	"github.com/ortserve/ortserve/bench/offline"
 	"github.com/ortserve/ortserve/bench/tune"
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
@@ -233,7 +234,7 @@ func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout
 		// At most a fifth of the budget: the model only orders values, the budget is for
 		// measurements.
 		octx, cancel := context.WithDeadline(ctx, start.Add(f.Budget/5))
-		pts, err := offlineLimit(octx, b, j.dir, "", j.w.Texts, offlineBatches(sc.Batch.MaxBatchSize), f.OfflineStep)
+		pts, err := offlineLimit(octx, b, j.dir, "", j.w.Texts, offline.Batches(sc.Batch.MaxBatchSize), f.OfflineStep)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
