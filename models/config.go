@@ -117,6 +117,7 @@ type GateConfig struct {
 type Batching struct {
 	MaxBatchSize     int           `yaml:"max_batch_size,omitempty"`
 	MaxBatchTokens   int           `yaml:"max_batch_tokens,omitempty"`
+	Order            runtime.Order `yaml:"order,omitempty"` // shortest or arrival
 	MaxQueueDelay    time.Duration `yaml:"max_queue_delay,omitempty"`
 	MaxQueueRequests int           `yaml:"max_queue_requests,omitempty"`
 	MaxQueueTokens   int           `yaml:"max_queue_tokens,omitempty"`
@@ -132,6 +133,7 @@ func (c Config) SLOTarget() time.Duration {
 func (b Batching) Apply(base runtime.BatchConfig) runtime.BatchConfig {
 	base.MaxBatchSize = cmp.Or(b.MaxBatchSize, base.MaxBatchSize)
 	base.MaxBatchTokens = cmp.Or(b.MaxBatchTokens, base.MaxBatchTokens)
+	base.Order = cmp.Or(b.Order, base.Order)
 	base.MaxQueueDelay = cmp.Or(b.MaxQueueDelay, base.MaxQueueDelay)
 	base.MaxQueueRequests = cmp.Or(b.MaxQueueRequests, base.MaxQueueRequests)
 	base.MaxQueueTokens = cmp.Or(b.MaxQueueTokens, base.MaxQueueTokens)

@@ -51,7 +51,11 @@ func (b *Batcher) queueFull() error {
 // nothing is ahead of it.
 func (b *Batcher) admit(r *request) {
 	now := time.Now()
-	ahead := b.predictAhead(now)
+	longest := 0
+	for _, e := range r.encs {
+		longest = max(longest, e.Len())
+	}
+	ahead := b.predictAhead(now, longest)
 	// The request's own rows run on up to as many sessions as it has rows.
 	own := b.discounted(b.price(r)) / time.Duration(min(len(r.encs), b.pool.Size()))
 	predicted := now.Sub(r.arrived) + ahead + own
@@ -110,15 +114,60 @@ func (b *Batcher) discounted(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * b.discount)
 }
 
-// predictAhead is how long a request arriving now is predicted to wait for a session: the
-// rest of the running batches and the queued rows, spread over the sessions.
-func (b *Batcher) predictAhead(now time.Time) time.Duration {
+// predictAhead is how long a request whose longest row has n tokens, arriving now, is
+// predicted to wait for a session: the rest of the running batches and the queued rows
+// served before it, spread over the sessions. Served shortest first, those are the rows of
+// at most n tokens (rows that come due before it is served, and rows shorter than it that
+// arrive after it, are not foreseen); in arrival order, the whole queue.
+func (b *Batcher) predictAhead(now time.Time, n int) time.Duration {
 	if b.free > 0 && len(b.queue) == 0 {
 		return 0 // a session is free: the request runs at once
 	}
-	work := b.discounted(b.queued)
+	queued := b.queued.total
+	if b.cfg.Order != OrderArrival {
+		queued = b.queued.upTo(n)
+	}
+	work := b.discounted(queued)
 	for _, run := range b.runs {
 		work += max(0, run.end.Sub(now))
 	}
 	return work / time.Duration(b.pool.Size())
+}
+
+// queueWork is the queue's work in batch-of-one time, in all and by row length: the work of
+// the rows up to n tokens is then a prefix sum, kept in a Fenwick tree over lengths, so that
+// admission makes no walk of the queue.
+type queueWork struct {
+	total time.Duration
+	byLen []time.Duration // the tree, 1-based; rows past maxTrackedLen count as maxTrackedLen
+}
+
+// maxTrackedLen is the longest row length queueWork tells apart.
+const maxTrackedLen = 1024
+
+func (w *queueWork) add(n int, d time.Duration) {
+	if w.byLen == nil {
+		w.byLen = make([]time.Duration, maxTrackedLen+1)
+	}
+	w.total += d
+	for i := min(max(n, 1), maxTrackedLen); i <= maxTrackedLen; i += i & -i {
+		w.byLen[i] += d
+	}
+}
+
+// upTo is the work of the rows of at most n tokens.
+func (w *queueWork) upTo(n int) time.Duration {
+	var sum time.Duration
+	if w.byLen == nil {
+		return 0
+	}
+	for i := min(max(n, 1), maxTrackedLen); i > 0; i -= i & -i {
+		sum += w.byLen[i]
+	}
+	return sum
+}
+
+func (w *queueWork) reset() {
+	w.total = 0
+	clear(w.byLen)
 }

@@ -35,6 +35,9 @@ type BatchConfig struct {
 	// padding) when every session of the pool can (Packer). A packed run costs what its
 	// tokens cost, so batching pays on mixed lengths too. false: padded batches always.
 	Packing bool
+	// Order is the order in which queued rows are served: OrderShortest ("" too) or
+	// OrderArrival.
+	Order Order
 	// SLO, when > 0, is the p95 latency (from a request's arrival, see WithArrival, to its
 	// result) that the batcher's controller holds the version to by refusing requests whose
 	// predicted latency would not fit and by capping batch run time. 0: no controller;
@@ -42,16 +45,30 @@ type BatchConfig struct {
 	SLO time.Duration
 }
 
+// Order is the order in which a batcher serves queued rows.
+type Order string
+
+const (
+	// OrderShortest serves the shortest rows first, until a row has waited agingFactor
+	// times its own run: then it is due, and due rows go first, oldest first. The default.
+	OrderShortest Order = "shortest"
+	// OrderArrival serves rows first come, first served.
+	OrderArrival Order = "arrival"
+)
+
 // DefaultBatchConfig is what `server serve` starts from: work-conserving, cost-aware batches
-// of up to 32 rows, packed where the graph allows, no SLO.
+// of up to 32 rows, shortest rows first, packed where the graph allows, no SLO.
 func DefaultBatchConfig() BatchConfig {
-	return BatchConfig{MaxBatchSize: 32, MaxBatchTokens: 16384, MaxQueueDelay: 0, MaxQueueRequests: 1024, MaxQueueTokens: 1 << 20, Packing: true}
+	return BatchConfig{MaxBatchSize: 32, MaxBatchTokens: 16384, MaxQueueDelay: 0, MaxQueueRequests: 1024, MaxQueueTokens: 1 << 20, Order: OrderShortest, Packing: true}
 }
 
 // Validate says what is wrong with a config.
 func (c BatchConfig) Validate() error {
 	if c.MaxBatchSize < 1 || c.MaxBatchTokens < 0 || c.MaxQueueDelay < 0 || c.MaxQueueRequests < 1 || c.MaxQueueTokens < 1 || c.SLO < 0 {
 		return fmt.Errorf("runtime: batching: max_batch_size, max_queue_requests and max_queue_tokens must be ≥ 1, max_batch_tokens, max_queue_delay and slo ≥ 0 (got %+v)", c)
+	}
+	if c.Order != "" && c.Order != OrderShortest && c.Order != OrderArrival {
+		return fmt.Errorf("runtime: batching: order %q: want %s or %s", c.Order, OrderShortest, OrderArrival)
 	}
 	return nil
 }
@@ -194,8 +211,9 @@ type Batcher struct {
 
 	// Owned by loop.
 	queue []row // in arrival order
-	// queued is Σ single() over the queue: its work in batch-of-one time.
-	queued  time.Duration
+	// queued is Σ single() over the queue, its work in batch-of-one time, in all and by
+	// row length.
+	queued  queueWork
 	waiting map[*request]int
 	free    int
 	pack    bool // batches are packed: cfg.Packing and a pool that packs
@@ -409,7 +427,8 @@ func (b *Batcher) failQueued(err error) {
 		b.release(r)
 		r.finish(nil, nil, err)
 	}
-	b.queue, b.queued = nil, 0
+	b.queue = nil
+	b.queued.reset()
 	b.obs.Queue(0, b.pool.Size()-b.free)
 }
 
@@ -422,7 +441,7 @@ func (b *Batcher) dropExpired() {
 		if w.req.ctx.Err() == nil {
 			return false
 		}
-		b.queued -= w.single()
+		b.queued.add(w.len(), -w.single())
 		if _, ok := b.waiting[w.req]; ok {
 			delete(b.waiting, w.req)
 			b.release(w.req)
@@ -434,9 +453,11 @@ func (b *Batcher) dropExpired() {
 
 // enqueue puts an admitted request's rows in the queue.
 func (b *Batcher) enqueue(r *request) {
-	b.queued += b.price(r)
+	b.price(r)
 	for i := range r.encs {
-		b.queue = append(b.queue, row{r, i})
+		w := row{r, i}
+		b.queue = append(b.queue, w)
+		b.queued.add(w.len(), w.single())
 	}
 	b.waiting[r] = len(r.encs)
 }
@@ -481,7 +502,7 @@ func (b *Batcher) full() bool {
 func (b *Batcher) next() {
 	batch := b.form()
 	for _, w := range batch {
-		b.queued -= w.single()
+		b.queued.add(w.len(), -w.single())
 		if b.waiting[w.req]--; b.waiting[w.req] == 0 {
 			delete(b.waiting, w.req)
 			b.release(w.req)

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,9 +79,10 @@ func TestBatcherFollowsTheCostCurve(t *testing.T) {
 		// The 8 short rows go together (padding them to 64 would cost 5× more); of the long
 		// ones, 5 rows are within 5% of 8 rows' texts/ms.
 		{"linear cpu, two lengths", linearCost, append(repeat(8, 8), repeat(8, 64)...), "[8 5 3]"},
-		// A long row first: padding 7 short rows to it (27.6 ms) costs more than running it
-		// alone (5.2 ms) and them together (4.8 ms), though it would give more texts per ms.
-		{"linear cpu, a long row first", linearCost, append([]int{64}, repeat(7, 8)...), "[1 7]"},
+		// A long row first: the 7 short rows, served first, go together (4.8 ms) and the long
+		// one alone after them (5.2 ms). Padding them to it (27.6 ms) would give more texts
+		// per ms but cost more than the two runs.
+		{"linear cpu, a long row first", linearCost, append([]int{64}, repeat(7, 8)...), "[7 1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -137,6 +139,70 @@ func repeat(n, v int) []int {
 		out[i] = v
 	}
 	return out
+}
+
+// Queued rows are served shortest first, unless a row has waited 8 times its own run: then
+// it goes first. With OrderArrival, first come, first served. On cpuCost batching does not
+// pay, so each row runs alone and the order of the runs is the order of service.
+func TestBatcherServesShortestFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order runtime.Order
+		// busy is how long the one session is kept busy (in tokens of one row) before the
+		// queue is served; late are rows queued 100 ms after the first ones.
+		busy        int
+		early, late []int
+		want        string // the tokens of each run after the busy one
+	}{
+		{"shortest first", runtime.OrderShortest, 128, []int{64, 8, 32, 16}, nil, "[8 16 32 64]"},
+		{"arrival order", runtime.OrderArrival, 128, []int{64, 8, 32, 16}, nil, "[64 8 32 16]"},
+		// The 64-token row (6.6 ms alone) has waited over 8 × that when the session frees,
+		// at 103 ms: it is due, and goes before the shorter rows queued at 100 ms.
+		{"a row due goes first", runtime.OrderShortest, 1024, []int{64}, []int{16, 8}, "[64 8 16]"},
+		// Due rows go oldest first (the 32-token row is due after 27 ms), then the others
+		// shortest first.
+		{"due rows oldest first", runtime.OrderShortest, 1024, []int{64, 32}, []int{16, 8}, "[64 32 8 16]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := runtime.DefaultBatchConfig()
+				c.Order = tc.order
+				b, f, _ := calibrated(t, c, cpuCost)
+				defer b.Close()
+				var wg sync.WaitGroup
+				wg.Go(func() { b.Execute(t.Context(), []tokenize.Encoding{enc(0, tc.busy)}) })
+				synctest.Wait()
+				queue := func(lengths []int) {
+					for _, n := range lengths {
+						wg.Go(func() {
+							if _, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(1, n)}); err != nil {
+								t.Error(err)
+							}
+						})
+						synctest.Wait()
+					}
+				}
+				queue(tc.early)
+				if tc.late != nil {
+					time.Sleep(100 * time.Millisecond)
+					queue(tc.late)
+				}
+				wg.Wait()
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				var got []int
+				for _, sh := range f.shapes[1:] {
+					if sh[0] != 1 {
+						t.Errorf("a batch of %d rows, want one at a time", sh[0])
+					}
+					got = append(got, sh[1])
+				}
+				if fmt.Sprint(got) != tc.want {
+					t.Errorf("runs of %v tokens, want %s", got, tc.want)
+				}
+			})
+		})
+	}
 }
 
 // Several free sessions share the queue instead of one taking it all.
@@ -246,6 +312,45 @@ func TestBatcherRefusesWhatItsDeadlineCannotWaitFor(t *testing.T) {
 			t.Errorf("refusals %v", obs.refused)
 		}
 	})
+}
+
+// Admission predicts the wait of the rows served before a request's own: shortest first,
+// those no longer than its longest row; in arrival order, the whole queue. On linearCost,
+// behind a busy session (8.4 ms left) and four queued 64-token rows (5.2 ms each alone), an
+// 8-token text (2.4 ms) with a 20 ms deadline fits when it is served first (10.8 ms), not in
+// arrival order (31.6 ms); a 64-token text with that deadline fits in neither.
+func TestBatcherPredictsTheWaitInServiceOrder(t *testing.T) {
+	for _, tc := range []struct {
+		order   runtime.Order
+		tokens  int
+		refused bool
+	}{
+		{runtime.OrderShortest, 8, false},
+		{runtime.OrderArrival, 8, true},
+		{runtime.OrderShortest, 64, true},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.order, tc.tokens), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := runtime.DefaultBatchConfig()
+				c.Order = tc.order
+				b, _, _ := calibrated(t, c, linearCost)
+				defer b.Close()
+				go b.Execute(t.Context(), []tokenize.Encoding{enc(0, 128)})
+				synctest.Wait()
+				for i := range 4 {
+					go b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i+1), 64)})
+					synctest.Wait()
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+				defer cancel()
+				_, st, err := b.Execute(ctx, []tokenize.Encoding{enc(9, tc.tokens)})
+				var oe *runtime.OverloadError
+				if got := errors.As(err, &oe) && oe.Reason == "deadline"; got != tc.refused {
+					t.Errorf("predicted %v: %v; want refused %v", st.Predicted, err, tc.refused)
+				}
+			})
+		})
+	}
 }
 
 // Open-loop load on a fake clock: Poisson arrivals at the given multiple of capacity, one
@@ -476,16 +581,24 @@ func TestBatcherPacks(t *testing.T) {
 		cost    func(rows, cols int) time.Duration
 		lengths []int
 		want    string // rows of each batch formed from the queued rows
+		order   runtime.Order
 	}{
-		{"gpu: flat cost, all at once", packedCost(5*time.Millisecond, 0), repeat(16, 16), "[16]"},
-		{"gpu: flat cost, up to MaxPackTokens", packedCost(5*time.Millisecond, 0), repeat(16, 48), "[10 6]"},
-		{"no fixed cost: one at a time", packedCost(0, 100*time.Microsecond), repeat(4, 16), "[1 1 1 1]"},
-		// 3 ms + 0.1 ms a token. Of the 16 queued rows (8, 64, 8 and 8 tokens, four times), 13
-		// packed (272 tokens: 30.2 ms, against 66.2 ms run one by one) give the best speed-up,
-		// 2.19; the fewest rows within 5% of it are 9 (184 tokens: 21.4 ms against 45.4, 2.12).
-		// The other 7 go together.
-		{"cpu with a fixed cost: mixed lengths together", packedCost(3*time.Millisecond, 100*time.Microsecond),
-			[]int{8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8}, "[9 7]"},
+		{"gpu: flat cost, all at once", packedCost(5*time.Millisecond, 0), repeat(16, 16), "[16]", ""},
+		{"gpu: flat cost, up to MaxPackTokens", packedCost(5*time.Millisecond, 0), repeat(16, 48), "[10 6]", ""},
+		{"no fixed cost: one at a time", packedCost(0, 100*time.Microsecond), repeat(4, 16), "[1 1 1 1]", ""},
+		// 3 ms + 0.1 ms a token. Of the 16 queued rows (8, 64, 8 and 8 tokens, four times),
+		// served shortest first, the 12 short ones packed give the best speed-up (96 tokens:
+		// 12.6 ms against 45.6 run one by one, 3.62); the fewest rows within 5% of it are 10
+		// (11 ms against 38, 3.45). Then the 2 short rows left (1.65, where adding a long row
+		// gives 1.55), and the 4 long ones as 3 (1.27, within 5% of 4's 1.31) and 1.
+		{"cpu with a fixed cost: shortest first, packed", packedCost(3*time.Millisecond, 100*time.Microsecond),
+			[]int{8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8}, "[10 2 3 1]", ""},
+		// Served in arrival order, rows of any lengths share a run: 13 packed (272 tokens:
+		// 30.2 ms, against 66.2 ms one by one) give the best speed-up, 2.19; the fewest rows
+		// within 5% of it are 9 (184 tokens: 21.4 ms against 45.4, 2.12). The other 7 go
+		// together.
+		{"cpu with a fixed cost, arrival order: mixed lengths together", packedCost(3*time.Millisecond, 100*time.Microsecond),
+			[]int{8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8}, "[9 7]", runtime.OrderArrival},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -499,7 +612,9 @@ func TestBatcherPacks(t *testing.T) {
 					t.Fatal(err)
 				}
 				obs := &countingObserver{}
-				b := runtime.NewBatcher(runtime.DefaultBatchConfig(), pool, obs)
+				c := runtime.DefaultBatchConfig()
+				c.Order = cmp.Or(tc.order, c.Order)
+				b := runtime.NewBatcher(c, pool, obs)
 				defer b.Close()
 				if !b.State().Packed {
 					t.Fatal("State says the batches are not packed")
@@ -579,65 +694,88 @@ func fittedCPU(rows, cols int) time.Duration {
 }
 
 // On that curve, with bench's texts arriving one a request as a Poisson process at 75% and
-// 90% of the batch-1 capacity, packed batches give a lower p95 than padded ones: the server
-// alone, with no HTTP, on a fake clock (the figures are in docs/performance.md).
-func TestPackingLowersTheTailUnderLoad(t *testing.T) {
+// 90% of the batch-1 capacity, packed batches give a lower p95 than padded ones, and serving
+// the shortest rows first a lower p95 than arrival order: the server alone, with no HTTP, on
+// a fake clock (the figures are in docs/performance.md).
+func TestSchedulingLowersTheTailUnderLoad(t *testing.T) {
+	type setup struct {
+		pack  bool
+		order runtime.Order
+	}
+	padded, packed, shortest := setup{false, runtime.OrderArrival}, setup{true, runtime.OrderArrival}, setup{true, runtime.OrderShortest}
 	for _, rho := range []float64{0.75, 0.9} {
-		p95 := map[bool]time.Duration{}
-		for _, pack := range []bool{false, true} {
+		p95 := map[setup]time.Duration{}
+		for _, su := range []setup{padded, packed, shortest} {
+			var lat []time.Duration
 			synctest.Test(t, func(t *testing.T) {
-				var s runtime.Session = &fakeSession{cost: fittedCPU}
-				var grid []tokenize.Batch
-				if pack {
-					s = &packingSession{fakeSession{cost: fittedCPU}}
-					for cols := 16; cols <= runtime.MaxPackTokens; cols *= 2 {
-						grid = append(grid, tokenize.Pack([]tokenize.Encoding{enc(0, cols)}))
-					}
-				} else {
-					for _, cols := range []int{16, 48} {
-						for rows := 1; rows <= 32; rows *= 2 {
-							grid = append(grid, tokenize.Pad(slices.Repeat([]tokenize.Encoding{enc(0, cols)}, rows)))
-						}
-					}
-				}
-				pool := runtime.NewPool([]runtime.Session{s})
-				if err := pool.Calibrate(t.Context(), grid, time.Hour); err != nil {
-					t.Fatal(err)
-				}
-				b := runtime.NewBatcher(runtime.DefaultBatchConfig(), pool, nil)
-				defer b.Close()
-				var mean time.Duration
-				for _, l := range builtinLengths {
-					mean += fittedCPU(1, l)
-				}
-				mean /= time.Duration(len(builtinLengths))
-				rng := rand.New(rand.NewPCG(1, 2))
-				var mu sync.Mutex
-				var lat []time.Duration
-				var wg sync.WaitGroup
-				for i := range 10000 {
-					time.Sleep(time.Duration(rng.ExpFloat64() * float64(mean) / rho))
-					n := builtinLengths[rng.IntN(len(builtinLengths))]
-					wg.Go(func() {
-						start := time.Now()
-						if _, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i), n)}); err != nil {
-							t.Error(err)
-						}
-						mu.Lock()
-						lat = append(lat, time.Since(start))
-						mu.Unlock()
-					})
-				}
-				wg.Wait()
-				slices.Sort(lat)
-				p95[pack] = lat[len(lat)*95/100]
+				lat = poissonLatencies(t, su.pack, su.order, rho, 10000)
 			})
+			p95[su] = lat[len(lat)*95/100]
+			t.Logf("Poisson at %.0f%% of batch-1 capacity, packed %v, order %s: p50 %v, p95 %v, p99 %v, max %v", 100*rho, su.pack, su.order,
+				lat[len(lat)/2].Round(100*time.Microsecond), p95[su].Round(100*time.Microsecond),
+				lat[len(lat)*99/100].Round(100*time.Microsecond), lat[len(lat)-1].Round(100*time.Microsecond))
 		}
-		t.Logf("Poisson at %.0f%% of batch-1 capacity: p95 %v padded, %v packed", 100*rho, p95[false].Round(100*time.Microsecond), p95[true].Round(100*time.Microsecond))
-		if p95[true] >= p95[false] {
-			t.Errorf("at %.0f%%: packed p95 %v, not under padded %v", 100*rho, p95[true], p95[false])
+		if p95[packed] >= p95[padded] {
+			t.Errorf("at %.0f%%: packed p95 %v, not under padded %v", 100*rho, p95[packed], p95[padded])
+		}
+		if p95[shortest] >= p95[packed] {
+			t.Errorf("at %.0f%%: shortest first p95 %v, not under arrival order %v", 100*rho, p95[shortest], p95[packed])
 		}
 	}
+}
+
+// poissonLatencies offers n one-text requests of bench's lengths as a Poisson process at rho
+// of the batch-1 capacity of fittedCPU, to a batcher over one session with that cost, packed
+// or padded, serving rows in order; it returns their latencies, sorted. Call it inside a
+// synctest bubble.
+func poissonLatencies(t *testing.T, pack bool, order runtime.Order, rho float64, n int) []time.Duration {
+	var s runtime.Session = &fakeSession{cost: fittedCPU}
+	var grid []tokenize.Batch
+	if pack {
+		s = &packingSession{fakeSession{cost: fittedCPU}}
+		for cols := 16; cols <= runtime.MaxPackTokens; cols *= 2 {
+			grid = append(grid, tokenize.Pack([]tokenize.Encoding{enc(0, cols)}))
+		}
+	} else {
+		for _, cols := range []int{16, 48} {
+			for rows := 1; rows <= 32; rows *= 2 {
+				grid = append(grid, tokenize.Pad(slices.Repeat([]tokenize.Encoding{enc(0, cols)}, rows)))
+			}
+		}
+	}
+	pool := runtime.NewPool([]runtime.Session{s})
+	if err := pool.Calibrate(t.Context(), grid, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c := runtime.DefaultBatchConfig()
+	c.Order = order
+	b := runtime.NewBatcher(c, pool, nil)
+	defer b.Close()
+	var mean time.Duration
+	for _, l := range builtinLengths {
+		mean += fittedCPU(1, l)
+	}
+	mean /= time.Duration(len(builtinLengths))
+	rng := rand.New(rand.NewPCG(1, 2))
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	for i := range n {
+		time.Sleep(time.Duration(rng.ExpFloat64() * float64(mean) / rho))
+		l := builtinLengths[rng.IntN(len(builtinLengths))]
+		wg.Go(func() {
+			start := time.Now()
+			if _, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i), l)}); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			lat = append(lat, time.Since(start))
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	return lat
 }
 
 // Packed, a whole-batch request still goes as its own rows, split only by the bounds: here

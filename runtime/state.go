@@ -1,12 +1,16 @@
 package runtime
 
-import "math"
+import (
+	"cmp"
+	"math"
+)
 
 // SchedulerState is what a version's batcher has learned and decided, for /info.
 type SchedulerState struct {
 	Sessions int    `json:"sessions"`
 	Policy   string `json:"policy"` // "work-conserving" or "window 5ms"
 	MaxBatch int    `json:"max_batch"`
+	Order    Order  `json:"order"` // the order queued rows are served in
 	// Packed is true when batches run packed (tokenize.Pack); the curve is then the cost of
 	// rows texts of tokens each, end to end in one row.
 	Packed bool `json:"packed"`
@@ -30,6 +34,7 @@ func (b *Batcher) State() SchedulerState {
 		s.Policy = "window " + b.cfg.MaxQueueDelay.String()
 	}
 	s.MaxBatch = b.cfg.MaxBatchSize
+	s.Order = cmp.Or(b.cfg.Order, OrderShortest)
 	s.Packed = b.pack
 	s.Cost.Observations = b.cost.Observations()
 	s.Cost.Coefficients = b.cost.Coefficients()

@@ -123,3 +123,24 @@ func (f sloFlag) Set(s string) error {
 }
 
 func (f sloFlag) Get() any { return f.String() }
+
+// orderFlag is --batch-order: shortest or arrival.
+type orderFlag struct{ o *runtime.Order }
+
+func (f orderFlag) String() string {
+	if f.o == nil {
+		return ""
+	}
+	return string(*f.o)
+}
+
+func (f orderFlag) Set(s string) error {
+	switch o := runtime.Order(s); o {
+	case runtime.OrderShortest, runtime.OrderArrival:
+		*f.o = o
+		return nil
+	}
+	return fmt.Errorf("want %s or %s", runtime.OrderShortest, runtime.OrderArrival)
+}
+
+func (f orderFlag) Get() any { return f.String() }
