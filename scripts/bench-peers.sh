@@ -8,7 +8,8 @@
 #   fastapi  FastAPI + onnxruntime, one uvicorn worker (scripts/peers/fastapi_peer.py, in the
 #            pinned venv PEERS_VENV made here from scripts/peers/requirements.txt)
 # For each version: the raw ONNX Runtime limit at batch 1 on the server's core
-# (`server bench --offline`); then each server alone, pinned to that core, checked to give
+# (`server bench --offline`), measured again before each server and after the last, so that each
+# server's ratio is to the raw limits around it; then each server alone, pinned to that core, checked to give
 # ortserve's vectors (cosine ≥ PEERS_MIN_COSINE), searched for its highest rate at the SLO with
 # each arrival process and measured at a low fixed rate, by `server bench` pinned to the other
 # core. Writes OUT_DIR/peers.md and peers.json, and every bench report under OUT_DIR/raw/.
@@ -135,11 +136,16 @@ fi
 log "$MODEL ${VERSIONS// /, } × ${SERVERS// /, }: servers on core $SCORE, generator on core $GCORE; $SLO, arrivals ${ARRIVALS// /, }, $STEP steps after $WARMUP of warm-up (at most $SEARCH_STEPS a search), then $LOW_RATE rps$most"
 
 # --- the raw limit: ONNX Runtime on the server core, batch 1 ----------------------------
+# offline NAME VERSIONS: `server bench --offline` of VERSIONS (comma-separated) on the server
+# core, its report in RAW/NAME.json.
+offline() {
+  "${CLEAN[@]}" ORTSERVE_MODELS="$MODELS" ORTSERVE_ORT_LIB="$ORT_LIB" timeout --foreground "$CALL_TIMEOUT" taskset -c "$SCORE" \
+    "$SERVER" bench --offline --model "$MODEL" --versions "$2" --offline-batches 1 \
+    --offline-step "$OFFLINE_STEP" --quiet --json "$RAW/$1.json" >"$RAW/$1.txt" 2>&1 \
+    || { cat "$RAW/$1.txt" >&2; die "server bench --offline failed"; }
+}
 log "raw ONNX Runtime limit on core $SCORE, batch 1 (server bench --offline)"
-"${CLEAN[@]}" ORTSERVE_MODELS="$MODELS" ORTSERVE_ORT_LIB="$ORT_LIB" timeout --foreground "$CALL_TIMEOUT" taskset -c "$SCORE" \
-  "$SERVER" bench --offline --model "$MODEL" --versions "$(tr ' ' , <<<"$VERSIONS")" --offline-batches 1 \
-  --offline-step "$OFFLINE_STEP" --quiet --json "$RAW/offline.json" >"$RAW/offline.txt" 2>&1 \
-  || { cat "$RAW/offline.txt" >&2; die "server bench --offline failed"; }
+offline offline "$(tr ' ' , <<<"$VERSIONS")"
 cat "$RAW/offline.txt" >&2
 
 # --- each version, each server alone ------------------------------------------------------
@@ -154,6 +160,9 @@ v = [v for v in r["runs"][0]["versions"] if v["version"] == sys.argv[2]][0]
 print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$ver")
   fi
   for name in $SERVERS; do
+    # The raw limit again, just before each server and once after the last: the host's speed
+    # drifts over a run, so each server's ratio is to the raw limits measured around it.
+    offline "offline-$ver-before-$name" "$ver"
     port=$(free_port)
     url=http://127.0.0.1:$port
     log "$ver: $name ($file) on core $SCORE, port $port"
@@ -179,6 +188,7 @@ print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$
       --rate "$LOW_RATE" --arrival constant
     stop_server
   done
+  offline "offline-$ver-after" "$ver"
 done
 
 "$PY" "$HELP" table "$RAW" "$OUT" model="$MODEL" versions="$VERSIONS" servers="$SERVERS" arrivals="$ARRIVALS" \

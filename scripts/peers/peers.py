@@ -147,23 +147,40 @@ def table(raw, out, kv):
         if pts:
             raw_limit[v["version"]] = {"items_per_s": pts[0]["items_per_s"], "p50_ms": pts[0]["p50_ms"]}
 
+    def batch1(name, ver):
+        r = load(os.path.join(raw, name + ".json"))
+        for v in r["runs"][0]["versions"] if r else []:
+            pts = [p for p in v.get("offline") or [] if p["batch"] == 1]
+            if v["version"] == ver and pts:
+                return {"items_per_s": pts[0]["items_per_s"], "p50_ms": pts[0]["p50_ms"]}
+        return None
+
     data = {"schema": "ortserve.bench-peers/v1", "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "model": model, "protocol": meta, "versions": []}
     for ver in versions:
         entry = {"version": ver, "raw_batch1": raw_limit.get(ver), "servers": []}
-        for s in servers:
+        for i, s in enumerate(servers):
+            # The raw limit measured just before this server and just after it (before the
+            # next server, or after the last): the host's speed drifts over a run.
+            after = f"offline-{ver}-before-{servers[i + 1]}" if i + 1 < len(servers) else f"offline-{ver}-after"
+            around = [b for b in (batch1(f"offline-{ver}-before-{s}", ver), batch1(after, ver)) if b]
             se = {"server": s, "label": LABELS.get(s, s), "arrivals": {},
+                  "raw_around": around,
                   "low_rate": low_rate(load(os.path.join(raw, f"{ver}-{s}-low.json"))),
                   "cosine": load(os.path.join(raw, f"{ver}-{s}-cosine.json"))}
             for a in arrivals:
                 se["arrivals"][a] = operating_point(load(os.path.join(raw, f"{ver}-{s}-{a}.json")))
             entry["servers"].append(se)
         data["versions"].append(entry)
-    # Ratios: to the raw batch-1 limit, and ortserve's best rate over each server's.
+    # Ratios: to the raw batch-1 limit measured around each server (the mean of the limits just
+    # before and after it; the run's first one when there are none), and ortserve's best rate
+    # over each server's.
     for entry in data["versions"]:
-        limit = (entry["raw_batch1"] or {}).get("items_per_s")
         ours = next((s for s in entry["servers"] if s["server"] == "ortserve"), None)
         for se in entry["servers"]:
+            around = se["raw_around"] or ([entry["raw_batch1"]] if entry["raw_batch1"] else [])
+            se["raw_batch1"] = {k: sum(b[k] for b in around) / len(around) for k in ("items_per_s", "p50_ms")} if around else None
+            limit = (se["raw_batch1"] or {}).get("items_per_s")
             for a, op in se["arrivals"].items():
                 if not op:
                     continue
@@ -179,33 +196,36 @@ def table(raw, out, kv):
              f"search for the highest rate with p95 ≤ {p95} (`--slo {slo}`), {meta['step']} steps after {meta['warmup']} "
              f"of warm-up, at most {meta['search_steps']} steps a search, bisecting to within {float(meta.get('search_resolution', 0.1)):.0%}; then {low} rps, constant arrivals.",
              f"- **Raw limit:** `server bench --offline --offline-batches 1` on core {meta['server_core']}: one session, "
-             "one intra-op thread, pre-tokenized texts, no HTTP.",
+             "one intra-op thread, pre-tokenized texts, no HTTP; measured at the start, then again just before each "
+             "server and after the last. Each server's ratios are to the mean of the two limits measured around it "
+             "(the host's speed drifts over a run).",
              "- **Same answers:** every peer's /embed vectors were checked against ortserve's for the same version "
              f"(cosine ≥ {meta['min_cosine']}) before it was measured.", ""]
     lines += [f"## Highest rate at p95 ≤ {p95}", "",
-              "| version | arrival | server | best rps | p50 / p95 there (ms) | × raw batch-1 limit | ortserve ÷ this |",
-              "|---|---|---|---:|---|---:|---:|"]
+              "| version | arrival | server | best rps | p50 / p95 there (ms) | raw limit around it (texts/s) | × raw batch-1 limit | ortserve ÷ this |",
+              "|---|---|---|---:|---|---|---:|---:|"]
     for entry in data["versions"]:
         rl = entry["raw_batch1"]
         for a in arrivals:
             if rl:
-                lines.append(f"| {entry['version']} | {a} | raw ORT limit, batch 1 (`bench --offline`) | "
-                             f"{num(rl['items_per_s'])} texts/s | {num(rl['p50_ms'], 2)} (one run) | 1.00× | |")
+                lines.append(f"| {entry['version']} | {a} | raw ORT limit, batch 1 (`bench --offline`), at the start | "
+                             f"{num(rl['items_per_s'])} texts/s | {num(rl['p50_ms'], 2)} (one run) | | 1.00× | |")
             for se in entry["servers"]:
                 op = se["arrivals"].get(a)
                 if not op:
-                    lines.append(f"| {entry['version']} | {a} | {se['label']} | not measured | | | |")
+                    lines.append(f"| {entry['version']} | {a} | {se['label']} | not measured | | | | |")
                     continue
                 best = num(op["best_rps"]) if op["best_rps"] else f"none (p95 > {p95} at every rate tried)"
+                around = " → ".join(num(b["items_per_s"]) for b in se["raw_around"]) or "–"
                 lines.append(f"| {entry['version']} | {a} | {se['label']} | {best} | "
-                             f"{num(op['p50_ms'])} / {num(op['p95_ms'])} | "
+                             f"{num(op['p50_ms'])} / {num(op['p95_ms'])} | {around} | "
                              f"{times(op.get('vs_raw'))} | {times(op.get('ortserve_over_this'))} |")
     lines += ["", f"## Latency at a low rate: {low} rps, constant arrivals", "",
-              "| version | server | p50 (ms) | p95 (ms) | raw batch-1 p50 (ms) | p50 − raw p50 (ms) |",
+              "| version | server | p50 (ms) | p95 (ms) | raw batch-1 p50 around it (ms) | p50 − raw p50 (ms) |",
               "|---|---|---:|---:|---:|---:|"]
     for entry in data["versions"]:
-        rl = entry["raw_batch1"] or {}
         for se in entry["servers"]:
+            rl = se["raw_batch1"] or {}
             lr = se["low_rate"]
             if not lr:
                 lines.append(f"| {entry['version']} | {se['label']} | – | – | {num(rl.get('p50_ms'), 2)} | – |")

@@ -131,7 +131,7 @@ func flags(c *Serve) *flag.FlagSet {
 	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", c.Batch.MaxBatchSize, "most texts one inference batch takes")
 	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")
 	fs.StringVar(&c.Packing, "packing", c.Packing, "auto, on or off: run batched texts end to end in one row, with no padding, on models whose graph declares it (ortserve.packing metadata); auto: on the CPU only")
-	fs.Var(orderFlag{&c.Batch.Order}, "batch-order", "shortest or arrival: the order queued texts are served in; shortest: shortest first, until a text has waited 10× its own run (docs/batching.md)")
+	fs.Var(orderFlag{&c.Batch.Order}, "batch-order", "shortest or arrival: the order queued texts are served in; shortest: shortest first, until a text has waited 8× its own run (docs/batching.md)")
 	fs.DurationVar(&c.Batch.MaxQueueDelay, "max-queue-delay", c.Batch.MaxQueueDelay, "opt-in batching window: longest a text waits for others while a session is free; 0: dispatch at once (continuous batching)")
 	fs.Var(sloFlag{&c.Batch.SLO}, "slo", "latency objective, as p95=50ms: hold each version's p95 to it by refusing (429) requests predicted to miss it and capping batch run time; empty: none")
 	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
