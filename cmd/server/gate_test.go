@@ -232,8 +232,9 @@ func TestGateEmbedInt8(t *testing.T) {
 	dir := t.TempDir()
 	pass := filepath.Join(dir, "pass.json")
 	half := writeCSV(t, filepath.Join(dir, "half.csv"), []string{"text", "label"}, testSplit(t), 2, nil)
+	// Without the served pass (TestGateServedVariability's): it would double the runs.
 	stdout, err := gateHere(t, "--models", root, "--model", "minilm", "--candidate", "int8", "--data", half,
-		"--min-cosine-mean", "0.98", "--min-cosine-p1", "0.95", "--max-drop", "3", "--json", pass)
+		"--min-cosine-mean", "0.98", "--min-cosine-p1", "0.95", "--max-drop", "3", "--served-concurrency", "0", "--json", pass)
 	t.Logf("%s", stdout)
 	r := readReport(t, pass)
 	if (err == nil) != r.Pass() || errors.Is(err, errUsage) {
@@ -256,7 +257,7 @@ func TestGateEmbedInt8(t *testing.T) {
 	fail := filepath.Join(dir, "fail.json")
 	slice := writeCSV(t, filepath.Join(dir, "slice.csv"), []string{"text", "label"}, testSplit(t), 8, nil)
 	_, err = gateHere(t, "--models", root, "--model", "minilm", "--candidate", "int8", "--data", slice,
-		"--min-cosine-mean", "0.9999", "--json", fail)
+		"--min-cosine-mean", "0.9999", "--served-concurrency", "0", "--json", fail)
 	r2 := readReport(t, fail)
 	if err == nil || errors.Is(err, errUsage) || r2.Pass() || r2.Comparison.Cosine == nil || r2.Comparison.Cosine.Mean >= 0.9999 {
 		t.Errorf("a mean cosine budget of 0.9999: error %v, pass %v, cosine %+v; want a failed gate", err, r2.Pass(), r2.Comparison.Cosine)

@@ -21,6 +21,7 @@ import (
 // SIGTERM while requests are in flight: every request the server admitted gets its full
 // answer, and the process exits 0.
 func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
+	t.Parallel() // it measures no time: what was admitted is answered, however long it takes
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "serve", "--addr", "127.0.0.1:0", "--device", "cpu", "--grace", "60s",
 		"--models", versionRepo(t, "minilm", "fp32"), "--sessions", "1")
 	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1")

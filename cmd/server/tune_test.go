@@ -45,15 +45,12 @@ func tuneGateReport(t *testing.T, candidate string, pass bool) string {
 // environment: offline batch cost, baseline twice, trials until the budget, and the outputs.
 // tuned.yaml must load as serve's config and serve.
 func TestTune(t *testing.T) {
-	// In parallel: other tests' load is noise in what tune measures, but the test checks the
-	// wiring and the artifacts, not the rates found; each experiment's length is set by its
-	// steps, not by the machine's speed.
-	t.Parallel()
+	// Not parallel: beside the other tests, the first baseline's lowest rate once missed
+	// even this SLO (the baseline met it at no rate), and experiments' servers start slower.
 	out := filepath.Join(t.TempDir(), "tune-out")
 	// At steps of 250 ms, 15 s of budget fit the offline cost, both baselines and about one
-	// trial on this machine when idle (11 s). Beside the other tests each experiment's
-	// server starts slower, and 15 s once fit only one baseline: 20 s leaves room for two.
-	const budget = 20 * time.Second
+	// trial (11 s here); fewer than two baselines would fail below.
+	const budget = 15 * time.Second
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "tune", "--model", "sentiment", "--slo", "p95=300ms", "--price-per-hour", "0.1",
