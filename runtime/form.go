@@ -198,19 +198,17 @@ func (b *Batcher) formPacked(served []int) []row {
 func (b *Batcher) takeRows(idx []int) []row {
 	idx = slices.Clone(idx)
 	slices.Sort(idx)
-	batch := make([]row, len(idx))
-	for i, j := range idx {
-		batch[i] = b.queue[j]
-	}
-	k, next := 0, 0
-	b.queue = slices.DeleteFunc(b.queue, func(row) bool {
-		taken := next < len(idx) && idx[next] == k
-		if taken {
-			next++
+	batch := make([]row, 0, len(idx))
+	kept := b.queue[:0] // written behind the reading, in place
+	for k, w := range b.queue {
+		if len(batch) < len(idx) && idx[len(batch)] == k {
+			batch = append(batch, w)
+		} else {
+			kept = append(kept, w)
 		}
-		k++
-		return taken
-	})
+	}
+	clear(b.queue[len(kept):]) // the queue no longer holds the batch's requests
+	b.queue = kept
 	return batch
 }
 
