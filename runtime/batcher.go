@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -45,17 +46,6 @@ type BatchConfig struct {
 	SLO time.Duration
 }
 
-// Order is the order in which a batcher serves queued rows.
-type Order string
-
-const (
-	// OrderShortest serves the shortest rows first, until a row has waited agingFactor
-	// times its own run: then it is due, and due rows go first, oldest first. The default.
-	OrderShortest Order = "shortest"
-	// OrderArrival serves rows first come, first served.
-	OrderArrival Order = "arrival"
-)
-
 // DefaultBatchConfig is what `server serve` starts from: work-conserving, cost-aware batches
 // of up to 32 rows, shortest rows first, packed where the graph allows, no SLO.
 func DefaultBatchConfig() BatchConfig {
@@ -71,22 +61,6 @@ func (c BatchConfig) Validate() error {
 		return fmt.Errorf("runtime: batching: order %q: want %s or %s", c.Order, OrderShortest, OrderArrival)
 	}
 	return nil
-}
-
-// Observer receives what a Batcher does, for metrics and logs. Implementations must be cheap
-// and safe for concurrent use.
-type Observer interface {
-	// Batch is called as a batch is dispatched.
-	Batch(rows, paddedTokens, realTokens int)
-	// Queue reports the requests waiting and the batches running after each change.
-	Queue(requests, running int)
-	// Expired is called for a request dropped before dispatch because its context ended.
-	Expired()
-	// Refused is called for a request refused at admission; reason is OverloadError's.
-	Refused(reason string)
-	// Control is called after each decision of the SLO controller, with the state that
-	// /info shows; decided is false when the controller held.
-	Control(s SchedulerState, changed bool)
 }
 
 // ExecStats is how one request fared in an executor.
@@ -234,6 +208,7 @@ func NewBatcher(cfg BatchConfig, pool *Pool, obs Observer) *Batcher {
 	if obs == nil {
 		obs = NopObserver{}
 	}
+	cfg.Order = cmp.Or(cfg.Order, OrderShortest)
 	b := &Batcher{
 		cfg: cfg, pool: pool, cost: pool.Cost(), obs: obs,
 		in:       make(chan *request, cfg.MaxQueueRequests),
@@ -256,24 +231,6 @@ func NewBatcher(cfg BatchConfig, pool *Pool, obs Observer) *Batcher {
 	go b.loop()
 	return b
 }
-
-// NopObserver observes nothing; embed it to implement only some of Observer.
-type NopObserver struct{}
-
-// Batch does nothing.
-func (NopObserver) Batch(int, int, int) {}
-
-// Queue does nothing.
-func (NopObserver) Queue(int, int) {}
-
-// Expired does nothing.
-func (NopObserver) Expired() {}
-
-// Refused does nothing.
-func (NopObserver) Refused(string) {}
-
-// Control does nothing.
-func (NopObserver) Control(SchedulerState, bool) {}
 
 // Execute queues encs and waits for their results: one tensor per encoding, in order. It
 // fails with an *OverloadError when the queue is at its bound or the latency predicted for

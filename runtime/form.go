@@ -107,10 +107,23 @@ func (b *Batcher) form() []row {
 	return b.takeRows(idx[pick.lo:pick.hi])
 }
 
+// Order is the order in which a batcher serves queued rows.
+type Order string
+
+const (
+	// OrderShortest serves the shortest rows first, until a row has waited agingFactor
+	// times its own run: then it is due, and due rows go first, oldest first. The default.
+	OrderShortest Order = "shortest"
+	// OrderArrival serves rows first come, first served.
+	OrderArrival Order = "arrival"
+)
+
 // agingFactor bounds how long shorter rows may overtake a row: once it has waited this many
-// times its own batch-of-one time, it is due and goes before every row not yet due. 8: on
-// the fp32 curve of one core and bench's lengths, a fake clock's p95 was as low as with no
-// bound at all (factors 2 to 15 tried), and a 60-token text waits at most about 0.2 s.
+// times its own batch-of-one time, it is due and goes before every row not yet due. 8: in a
+// simulation of one session on the fp32 curve of one core and bench's lengths (outside the
+// repository; docs/performance.md, "Shortest first"), factors of 6 to 15 gave the same p95 and
+// 2 to 4 a higher one, while the longest wait grows with the factor; 8 × a 60-token fp32
+// text's 20 ms is 160 ms.
 const agingFactor = 8
 
 // order is the queue's indices in the order their rows are served. OrderArrival: as they

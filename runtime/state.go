@@ -1,9 +1,6 @@
 package runtime
 
-import (
-	"cmp"
-	"math"
-)
+import "math"
 
 // SchedulerState is what a version's batcher has learned and decided, for /info.
 type SchedulerState struct {
@@ -34,7 +31,7 @@ func (b *Batcher) State() SchedulerState {
 		s.Policy = "window " + b.cfg.MaxQueueDelay.String()
 	}
 	s.MaxBatch = b.cfg.MaxBatchSize
-	s.Order = cmp.Or(b.cfg.Order, OrderShortest)
+	s.Order = b.cfg.Order
 	s.Packed = b.pack
 	s.Cost.Observations = b.cost.Observations()
 	s.Cost.Coefficients = b.cost.Coefficients()
