@@ -51,8 +51,11 @@ type Settings struct {
 	MinGain float64
 	// MaxTrials caps the values one lever tries in one pass; 0: 3.
 	MaxTrials int
-	Cores     int  // CPU cores, for the sessions and threads levers
-	GPU       bool // sessions are CUDA streams; threads are not a lever
+	// MaxExperiments caps the measurements of the whole run, baselines included, as the
+	// budget caps its time (Optuna's n_trials beside its timeout); 0: no cap.
+	MaxExperiments int
+	Cores          int  // CPU cores, for the sessions and threads levers
+	GPU            bool // sessions are CUDA streams; threads are not a lever
 	// Versions are the model's other versions, with whether a gate report allows them.
 	Versions []VersionChoice
 	Workload WorkloadInfo
@@ -158,6 +161,7 @@ type tuner struct {
 	wide     time.Duration        // longest wide measurement
 	narrow   time.Duration        // longest narrow measurement
 	deadline time.Time
+	measured int     // measurements started
 	tokens   float64 // most tokens per request seen
 	noted    map[string]bool
 }
@@ -382,6 +386,10 @@ func (t *tuner) measure(ctx context.Context, kind string, l Lever, cur, c Config
 		t.stop("interrupted")
 		return Result{}, 0, err
 	}
+	if n := t.s.MaxExperiments; n > 0 && t.measured >= n {
+		t.stop(fmt.Sprintf("experiments: %d run, the most allowed", n))
+		return Result{}, 0, errStop
+	}
 	if est := t.estimate(hint == 0); time.Now().Add(est).After(t.deadline) {
 		left := max(0, time.Until(t.deadline))
 		t.stop(fmt.Sprintf("budget: the next experiment needs about %v, %v is left", est.Round(time.Second), left.Round(time.Second)))
@@ -389,6 +397,7 @@ func (t *tuner) measure(ctx context.Context, kind string, l Lever, cur, c Config
 	}
 	mctx, cancel := context.WithDeadline(ctx, t.deadline)
 	defer cancel()
+	t.measured++
 	begin := time.Now()
 	r, err := t.m.Measure(mctx, c, hint)
 	took := time.Since(begin)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -239,6 +240,38 @@ func TestBudget(t *testing.T) {
 					if e.AtS > (5 * time.Minute).Seconds() {
 						t.Errorf("#%d written at %.0f s", e.N, e.AtS)
 					}
+				}
+			})
+		})
+	}
+}
+
+func TestMaxExperiments(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fake{noise: 0.02, took: func(int) time.Duration { return 45 * time.Second },
+					rate: func(c tune.Config, _ int) float64 { return 100 + float64(c.Sessions) }}
+				s := settings(time.Hour)
+				s.MaxExperiments = n
+				o, err := tune.Run(t.Context(), f, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				measured, baselines := 0, 0
+				for _, e := range o.Entries {
+					if e.N > 0 {
+						measured++
+					}
+					if e.Kind == "baseline" {
+						baselines++
+					}
+				}
+				if measured != n || baselines != 2 || len(f.calls) != n {
+					t.Errorf("%d entries measured (%d baselines), %d calls; want %d, 2 of them baselines", measured, baselines, len(f.calls), n)
+				}
+				if want := fmt.Sprintf("experiments: %d run", n); !strings.Contains(o.Stopped, want) {
+					t.Errorf("stopped %q; want %q", o.Stopped, want)
 				}
 			})
 		})

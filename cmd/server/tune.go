@@ -40,6 +40,7 @@ type tuneFlags struct {
 	WideSteps   int
 	Resolution  float64
 	Repeats     int
+	MaxExp      int
 	MinGain     float64
 	Seed        uint64
 	Arrival     string
@@ -75,6 +76,7 @@ func tuneFlagSet(f *tuneFlags) *flag.FlagSet {
 	fs.IntVar(&f.WideSteps, "baseline-steps", 8, "most steps of the first baseline's search, which starts from scratch")
 	fs.Float64Var(&f.Resolution, "resolution", 0.05, "a search stops when its bracket is within this fraction")
 	fs.IntVar(&f.Repeats, "repeats", 2, "measurements of the baseline, for the run-to-run noise (at least 2)")
+	fs.IntVar(&f.MaxExp, "max-experiments", 0, "most measurements in the whole run, baselines included, whichever of it and --budget comes first; 0: no cap")
 	fs.Float64Var(&f.MinGain, "min-gain", 0.05, "the least gain a change is kept for, however small the noise")
 	fs.Uint64Var(&f.Seed, "seed", 1, "seed of the arrivals and the workload's starting point: the same for every experiment")
 	fs.StringVar(&f.Arrival, "arrival", "poisson", "open-loop arrivals: poisson or constant")
@@ -131,6 +133,8 @@ func parseTune(args []string, getenv func(string) string, stderr io.Writer) (*tu
 		return nil, usagef("--budget %v: give at least 10s", f.Budget)
 	case f.Repeats < 2:
 		return nil, usagef("--repeats %d: the baseline is measured at least twice, for the noise", f.Repeats)
+	case f.MaxExp != 0 && f.MaxExp < f.Repeats:
+		return nil, usagef("--max-experiments %d: give 0 (no cap) or at least --repeats (%d), the baseline's runs", f.MaxExp, f.Repeats)
 	case f.Step <= 0 || f.Warmup < 0 || f.OfflineStep < 0:
 		return nil, usagef("--step must be positive, --warmup and --offline-step at least 0")
 	case f.SearchSteps < 2 || f.WideSteps < 2:
@@ -301,7 +305,8 @@ func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout
 	s := tune.Settings{
 		Model: j.cfg.Name, Base: base, SLO: *j.slo, Price: f.Price,
 		Budget: f.Budget, Start: start, Reserve: tuneReserve, Repeats: f.Repeats, MinGain: f.MinGain,
-		Cores: goruntime.NumCPU(), GPU: provider == ort.ProviderCUDA,
+		MaxExperiments: f.MaxExp,
+		Cores:          goruntime.NumCPU(), GPU: provider == ort.ProviderCUDA,
 		Versions: tune.VersionChoices(j.cfg.Name, j.cfg.DefaultVersion, versions, j.gates),
 		Workload: tune.DescribeWorkload(j.w, outFloats), Batch: batch, Pinned: tune.Pinned(j.cfg),
 		Load: fmt.Sprintf("%s arrivals (seed %d), %d text(s) per request; steps of %v after %v of warm-up; the first baseline searches from %.0f rps in ≤ %d steps, every other experiment from 0.7 × the current best in ≤ %d steps, to within %.0f%%; request timeout %v",

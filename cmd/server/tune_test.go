@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -48,13 +49,15 @@ func TestTune(t *testing.T) {
 	// Not parallel: beside the other tests, the first baseline's lowest rate once missed
 	// even this SLO (the baseline met it at no rate), and experiments' servers start slower.
 	out := filepath.Join(t.TempDir(), "tune-out")
-	// At steps of 250 ms, 15 s of budget fit the offline cost, both baselines and about one
-	// trial (11 s here); fewer than two baselines would fail below.
-	const budget = 15 * time.Second
+	// Three experiments (both baselines and one trial) end the run, about 8 s here; the
+	// budget is only the bound on a slow machine. A 15 s budget alone once fitted one
+	// baseline in CI, so the count of experiments, not the clock, decides what is checked.
+	const budget, experiments = 45 * time.Second, 3
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "tune", "--model", "sentiment", "--slo", "p95=300ms", "--price-per-hour", "0.1",
-		"--budget", budget.String(), "--step", "250ms", "--warmup", "100ms", "--search-steps", "3", "--baseline-steps", "5",
+		"--budget", budget.String(), "--max-experiments", fmt.Sprint(experiments),
+		"--step", "250ms", "--warmup", "100ms", "--search-steps", "3", "--baseline-steps", "5",
 		"--offline-step", "100ms", "--out", out, "--gate", tuneGateReport(t, "int8", true), "--quiet")
 	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1", "ORTSERVE_MODELS="+sentimentOnly(t), "ORTSERVE_MAX_BATCH=8")
 	var stdout, stderr bytes.Buffer
@@ -69,7 +72,8 @@ func TestTune(t *testing.T) {
 	if took > budget+5*time.Second {
 		t.Errorf("took %v with --budget %v", took, budget)
 	}
-	for _, want := range []string{"baseline", "tuned", "wrote " + filepath.Join(out, "tuned.yaml"), "wrote " + filepath.Join(out, "plot.svg")} {
+	for _, want := range []string{"baseline", "tuned", fmt.Sprintf("experiments: %d run", experiments),
+		"wrote " + filepath.Join(out, "tuned.yaml"), "wrote " + filepath.Join(out, "plot.svg")} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}
@@ -90,8 +94,11 @@ func TestTune(t *testing.T) {
 		}
 		entries = append(entries, e)
 	}
-	baselines := 0
+	baselines, measured := 0, 0
 	for _, e := range entries {
+		if e.N > 0 {
+			measured++
+		}
 		if e.Kind == "baseline" {
 			baselines++
 			if e.Best <= 0 || e.P95 <= 0 || e.P95 > 300 || e.Report == "" || e.CostPerMillion <= 0 || e.Dominant == "" {
@@ -106,8 +113,9 @@ func TestTune(t *testing.T) {
 			baselines += 100 // seen: fp16 has no report
 		}
 	}
-	if baselines != 102 {
-		t.Errorf("diary: %d baseline measurements, fp16 noted: %v; want 2, and fp16 not tried for want of a gate report", baselines%100, baselines >= 100)
+	if baselines != 102 || measured != experiments {
+		t.Errorf("diary: %d measurements, %d of them baselines, fp16 noted: %v; want %d, 2 baselines, and fp16 not tried for want of a gate report",
+			measured, baselines%100, baselines >= 100, experiments)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, tune.DiaryMD))
 	svg, _ := os.ReadFile(filepath.Join(out, tune.PlotFile))
