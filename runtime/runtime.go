@@ -146,7 +146,9 @@ func (p *Pool) acquire(ctx context.Context) (Session, error) {
 // Calibrate seeds the cost model: it runs each batch twice on one session, the first run
 // warming the shape up (on CUDA it picks kernels), and records the second. It stops early,
 // without error, once budget has passed, so a slow device measures fewer shapes; give the
-// batches cheapest first. It is meant for start-up, before the pool serves.
+// batches cheapest first. It is meant for start-up, before the pool serves: then it runs on
+// the first of the sessions NewPool was given, which it warms up (serve does not warm that
+// one again).
 func (p *Pool) Calibrate(ctx context.Context, batches []tokenize.Batch, budget time.Duration) error {
 	s, err := p.acquire(ctx)
 	if err != nil {

@@ -92,6 +92,25 @@ func TestPoolRunsOneBatchPerSession(t *testing.T) {
 	})
 }
 
+// Before the pool serves, Calibrate runs every batch twice, on the first session only: the
+// one whose warm-up serve leaves to it.
+func TestCalibrateRunsOnTheFirstSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		first, second := &fakeSession{delay: time.Millisecond}, &fakeSession{delay: time.Millisecond}
+		p := runtime.NewPool([]runtime.Session{first, second})
+		batches := []tokenize.Batch{
+			tokenize.Pad([]tokenize.Encoding{{IDs: []int64{1, 2}}}),
+			tokenize.Pad([]tokenize.Encoding{{IDs: []int64{1, 2}}, {IDs: []int64{3, 4}}}),
+		}
+		if err := p.Calibrate(t.Context(), batches, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if want := [][2]int{{1, 2}, {1, 2}, {2, 2}, {2, 2}}; !slices.Equal(first.shapes, want) || second.runs != 0 {
+			t.Errorf("first session ran %v, second %d runs; want %v and none", first.shapes, second.runs, want)
+		}
+	})
+}
+
 func TestPoolCancelWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := runtime.NewPool([]runtime.Session{&fakeSession{delay: time.Second}})

@@ -63,7 +63,7 @@ func openOffline(ctx context.Context, b *backend, dir, version string, texts []s
 		return nil, fmt.Errorf("offline: %s: %w", cfg.Name, err)
 	}
 
-	sessions, err := b.openSessions(ctx, filepath.Join(dir, vc.File), cfg.Output, cmp.Or(cfg.Instances, b.sessions))
+	sessions, err := b.openSessions(ctx, filepath.Join(dir, vc.File), cfg.Output, cmp.Or(cfg.Instances, b.sessions), true)
 	if err != nil {
 		return nil, fmt.Errorf("offline: %s/%s: %w", cfg.Name, version, err)
 	}

@@ -186,7 +186,8 @@ func (b *backend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
 
 func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	// Loading runs under a context of its own, as models' start-up check does.
-	sessions, err := b.openSessions(context.Background(), spec.Path, spec.Output, cmp.Or(spec.Instances, b.sessions))
+	// The pool calibrates on its first session below: that warms it up.
+	sessions, err := b.openSessions(context.Background(), spec.Path, spec.Output, cmp.Or(spec.Instances, b.sessions), false)
 	if err != nil {
 		return nil, err
 	}
@@ -295,11 +296,15 @@ func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) 
 }
 
 // openSessions opens n sessions of the ONNX file at path reading output, and warms them up
-// under ctx; on any failure it closes the ones it opened. The sessions are opened and warmed
+// under ctx, the first one only if warmFirst: a pool's calibration runs every shape it
+// measures twice on one session, the first run warming it up, so a version that calibrates
+// need not warm that session twice (on CPU, with one session a version, as tests and small
+// hosts run, warm-up was as much CPU as calibration). On any failure it closes the ones it
+// opened. The sessions are opened and warmed
 // up side by side, each a graph to load and optimize mostly on one thread. Measured on the
 // 2-core VM, minilm fp32 alone, serve's start to its "listening" line, 4 runs each: 0.98-1.40 s
 // with one session, 1.09-1.29 s with two.
-func (b *backend) openSessions(ctx context.Context, path, output string, n int) ([]runtime.Session, error) {
+func (b *backend) openSessions(ctx context.Context, path, output string, n int, warmFirst bool) ([]runtime.Session, error) {
 	o := b.opts
 	o.Output = output
 	sessions := make([]runtime.Session, n)
@@ -313,6 +318,9 @@ func (b *backend) openSessions(ctx context.Context, path, output string, n int) 
 				return
 			}
 			sessions[i] = s
+			if i == 0 && !warmFirst {
+				return
+			}
 			if err := warmUp(ctx, s); err != nil {
 				errs[i] = fmt.Errorf("warm-up: %w", err)
 			}
