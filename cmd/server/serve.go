@@ -298,8 +298,8 @@ func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) 
 // openSessions opens n sessions of the ONNX file at path reading output, and warms them up
 // under ctx, the first one only if warmFirst: a pool's calibration runs every shape it
 // measures twice on one session, the first run warming it up, so a version that calibrates
-// need not warm that session twice (on CPU, with one session a version, as tests and small
-// hosts run, warm-up was as much CPU as calibration). On any failure it closes the ones it
+// need not warm that session twice (with one session a version, as the tests, CUDA's default
+// and one-core hosts run, warm-up had cost the tests as much CPU as calibration). On any failure it closes the ones it
 // opened. The sessions are opened and warmed up side by side, each a graph to load and
 // optimize mostly on one thread. Measured on the 2-core VM, minilm fp32 alone, serve's start
 // to its "listening" line, 4 runs each: 0.98-1.40 s with one session, 1.09-1.29 s with two.
