@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -190,7 +191,7 @@ func ReadModel(path string) (ModelInfo, error) {
 	if fi.IsDir() {
 		return ModelInfo{}, fmt.Errorf("onnx: model file %s is a folder: name an .onnx file", path)
 	}
-	m, err := parseModel(bufio.NewReaderSize(f, 1<<16), fi.Size())
+	m, err := parseModel(bufio.NewReaderSize(f, 1<<16), f, fi.Size())
 	if err != nil {
 		return ModelInfo{}, fmt.Errorf("onnx: %s is not an ONNX model (%w): check the file or export it again", path, err)
 	}
@@ -200,7 +201,7 @@ func ReadModel(path string) (ModelInfo, error) {
 
 // ParseModel reads an ONNX model held in memory, as ReadModel reads a file.
 func ParseModel(data []byte) (ModelInfo, error) {
-	m, err := parseModel(bufio.NewReader(bytes.NewReader(data)), int64(len(data)))
+	m, err := parseModel(bufio.NewReader(bytes.NewReader(data)), nil, int64(len(data)))
 	if err != nil {
 		return ModelInfo{}, fmt.Errorf("onnx: not an ONNX model (%w): check the data", err)
 	}
@@ -236,13 +237,14 @@ const (
 // maxNesting bounds subgraph depth, so that a hostile file cannot recurse without end.
 const maxNesting = 32
 
-// parseModel reads a ModelProto of size bytes from r.
-func parseModel(r *bufio.Reader, size int64) (ModelInfo, error) {
+// parseModel reads a ModelProto of size bytes from r, a buffer over src (which may be nil:
+// the stream then reads past what it skips instead of seeking).
+func parseModel(r *bufio.Reader, src io.ReadSeeker, size int64) (ModelInfo, error) {
 	m := ModelInfo{Size: size}
 	ops := map[[2]string]int{}
 	inits := map[string]bool{}
 	var inputs []IOInfo
-	s := &stream{r: r, left: size}
+	s := &stream{r: r, src: src, left: size}
 	sawGraph := false
 	for {
 		num, typ, ok, err := s.next()

@@ -114,3 +114,34 @@ func FuzzParseModel(f *testing.F) {
 		}
 	})
 }
+
+// A file's weights are sought past, not read: what ReadModel reads of a file with large and
+// small initializers is what ParseModel reads of the same bytes, and a file cut inside a
+// weight it seeks past is truncated.
+func TestReadSeeksPastWeights(t *testing.T) {
+	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	out := []onnxtest.Value{{Name: "y", ElemType: onnxtest.Float, Dims: []int64{-1, 4}}}
+	inits := []onnxtest.Value{{Name: "w1", ElemType: onnxtest.Float, Dims: []int64{4}}, {Name: "w2", ElemType: onnxtest.Float16, Dims: []int64{4}}, {Name: "w3", ElemType: onnxtest.Float, Dims: []int64{4}}}
+	// Larger than ReadModel's 64 KiB buffer, smaller than it, and a few bytes.
+	for _, raw := range []int{300_000, 40_000, 7} {
+		data := onnxtest.Graph{Inputs: []onnxtest.Value{ids}, Outputs: out, Ops: []string{"MatMul", "Add"}, Initializers: inits, RawBytes: raw}.Encode()
+		path := write(t, "weights.onnx", data)
+		got, err := onnx.ReadModel(path)
+		if err != nil {
+			t.Fatalf("raw %d: %v", raw, err)
+		}
+		want, err := onnx.ParseModel(data)
+		if err != nil {
+			t.Fatalf("raw %d: %v", raw, err)
+		}
+		want.Path = path
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		if string(g) != string(w) || got.Initializers != 3 || got.FP16Initializers != 1 || got.Nodes != 2 || len(got.Inputs) != 1 || len(got.Outputs) != 1 {
+			t.Errorf("raw %d: ReadModel %s\nParseModel %s", raw, g, w)
+		}
+		if _, err := onnx.ReadModel(write(t, "cut.onnx", data[:len(data)/2])); err == nil || !strings.Contains(err.Error(), "truncated") {
+			t.Errorf("raw %d, cut in half: %v, want truncated", raw, err)
+		}
+	}
+}

@@ -50,9 +50,13 @@ func fields(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte,
 }
 
 // stream reads one protobuf message from a reader without holding it in memory, so that a
-// model's weights are read past. left is the message's bytes not yet read.
+// model's weights are read past. left is the message's bytes not yet read. When src, the
+// reader under r, can seek (a file), a value longer than what r holds is skipped by seeking:
+// read through r's buffer instead, minilm's 90 MB of weights cost 17 ms of CPU a read, and
+// 70 ms under the race detector, at every session a server opens.
 type stream struct {
 	r    *bufio.Reader
+	src  io.ReadSeeker // nil: r is read through
 	left int64
 }
 
@@ -126,7 +130,7 @@ func (s *stream) sub() (*stream, error) {
 		return nil, err
 	}
 	s.left -= n
-	return &stream{r: s.r, left: n}, nil
+	return &stream{r: s.r, src: s.src, left: n}, nil
 }
 
 // skip reads past a field's value.
@@ -151,9 +155,27 @@ func (s *stream) skip(typ protowire.Type) error {
 	if n > s.left {
 		return errTruncated
 	}
-	if _, err := s.r.Discard(int(n)); err != nil {
+	if err := s.discard(n); err != nil {
 		return errTruncated
 	}
 	s.left -= n
+	return nil
+}
+
+// discard reads or seeks past the next n bytes.
+func (s *stream) discard(n int64) error {
+	held := int64(s.r.Buffered())
+	if s.src == nil || n <= held {
+		_, err := s.r.Discard(int(n))
+		return err
+	}
+	if _, err := s.r.Discard(int(held)); err != nil {
+		return err
+	}
+	// Seeking past the end is allowed: the next read then fails as truncated.
+	if _, err := s.src.Seek(n-held, io.SeekCurrent); err != nil {
+		return err
+	}
+	s.r.Reset(s.src)
 	return nil
 }

@@ -35,7 +35,7 @@ func Identity(inputs []Value, outputNames []string) []byte {
 		outputs[i] = in
 		outputs[i].Name = outputNames[i]
 	}
-	return model(graph, inputs, outputs, nil)
+	return model(graph, inputs, outputs, nil, 0)
 }
 
 // Graph is a model for readers of a signature: its inputs and outputs, one node per
@@ -45,6 +45,9 @@ type Graph struct {
 	Inputs, Outputs []Value
 	Ops             []string // op_type of each node, in the default domain
 	Initializers    []Value
+	// RawBytes, if not 0, gives each initializer a raw_data of that many zero bytes after its
+	// name, as weights come in a real file: for readers that must stream past them.
+	RawBytes int
 }
 
 // Encode returns g as an ONNX ModelProto.
@@ -53,7 +56,7 @@ func (g Graph) Encode() []byte {
 	for i, op := range g.Ops {
 		graph = appendNode(graph, op, "", "n"+string(rune('a'+i%26)))
 	}
-	return model(graph, g.Inputs, g.Outputs, g.Initializers)
+	return model(graph, g.Inputs, g.Outputs, g.Initializers, g.RawBytes)
 }
 
 // appendNode appends a NodeProto of op with one input and one output ("" for none).
@@ -71,9 +74,9 @@ func appendNode(graph []byte, op, input, output string) []byte {
 	return protowire.AppendBytes(graph, node)
 }
 
-// model wraps a graph's nodes with its initializers, inputs and outputs into a ModelProto
-// (IR 8, opset 17).
-func model(graph []byte, inputs, outputs, inits []Value) []byte {
+// model wraps a graph's nodes with its initializers (raw bytes of raw_data each, if not 0),
+// inputs and outputs into a ModelProto (IR 8, opset 17).
+func model(graph []byte, inputs, outputs, inits []Value, raw int) []byte {
 	graph = protowire.AppendTag(graph, 2, protowire.BytesType) // name
 	graph = protowire.AppendString(graph, "onnxtest")
 	for _, in := range inits {
@@ -86,6 +89,10 @@ func model(graph []byte, inputs, outputs, inits []Value) []byte {
 		t = protowire.AppendVarint(t, uint64(in.ElemType))
 		t = protowire.AppendTag(t, 8, protowire.BytesType) // name
 		t = protowire.AppendString(t, in.Name)
+		if raw > 0 {
+			t = protowire.AppendTag(t, 9, protowire.BytesType) // raw_data
+			t = protowire.AppendBytes(t, make([]byte, raw))
+		}
 		graph = protowire.AppendTag(graph, 5, protowire.BytesType) // initializer
 		graph = protowire.AppendBytes(graph, t)
 	}
