@@ -76,10 +76,12 @@ func ParseTemplate(tokenizerJSON []byte) (*Template, error) {
 	if err := json.Unmarshal(tokenizerJSON, &doc); err != nil {
 		return nil, fmt.Errorf("tokenize: not a tokenizer.json: %w", err)
 	}
-	return parseProcessor(doc.PostProcessor)
+	return ParsePostProcessor(doc.PostProcessor)
 }
 
-func parseProcessor(raw json.RawMessage) (*Template, error) {
+// ParsePostProcessor is ParseTemplate for a tokenizer.json's post_processor section alone
+// (empty or null: no special tokens), for a caller that has read the file already.
+func ParsePostProcessor(raw json.RawMessage) (*Template, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return plainTemplate(), nil
@@ -119,7 +121,7 @@ func parseProcessor(raw json.RawMessage) (*Template, error) {
 		found := plainTemplate()
 		steps := 0
 		for _, step := range p.Processors {
-			t, err := parseProcessor(step)
+			t, err := ParsePostProcessor(step)
 			if err != nil {
 				return nil, err
 			}

@@ -7,7 +7,9 @@ package hf
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/daulet/tokenizers"
@@ -49,27 +51,35 @@ func Load(path string, maxLen int) (*Tokenizer, error) {
 	}
 	doc["padding"] = json.RawMessage("null")
 	doc["truncation"] = json.RawMessage("null")
-	full, err := fromDoc(doc)
+	edited := appendDoc(make([]byte, 0, len(data)+64), doc)
+	full, err := tokenizers.FromBytes(edited)
 	if err != nil {
 		return nil, fmt.Errorf("hf: %s: %w", path, err)
 	}
-	doc["truncation"] = json.RawMessage(fmt.Sprintf(
-		`{"direction":"Right","max_length":%d,"strategy":"LongestFirst","stride":0}`, maxLen))
-	trunc, err := fromDoc(doc)
+	// The truncation sentence-transformers does: LongestFirst, stride 0, the library's defaults.
+	trunc, err := tokenizers.FromBytesWithTruncation(edited, uint32(maxLen), tokenizers.TruncationDirectionRight)
 	if err != nil {
 		full.Close()
 		return nil, fmt.Errorf("hf: %s: %w", path, err)
 	}
-	pair, pairErr := tokenize.ParseTemplate(data)
+	pair, pairErr := tokenize.ParsePostProcessor(doc["post_processor"])
 	return &Tokenizer{maxLen: maxLen, trunc: trunc, full: full, pair: pair, pairErr: pairErr}, nil
 }
 
-func fromDoc(doc map[string]json.RawMessage) (*tokenizers.Tokenizer, error) {
-	data, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
+// appendDoc appends doc as one JSON object, its keys sorted. Its values are as Unmarshal
+// read them, already valid: json.Marshal would check and compact each again, which cost as
+// much as reading the file (and several times that under the race detector).
+func appendDoc(b []byte, doc map[string]json.RawMessage) []byte {
+	b = append(b, '{')
+	for i, k := range slices.Sorted(maps.Keys(doc)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		key, _ := json.Marshal(k) // a string always marshals
+		b = append(append(b, key...), ':')
+		b = append(b, doc[k]...)
 	}
-	return tokenizers.FromBytes(data)
+	return append(b, '}')
 }
 
 // MaxLength is the most tokens one encoding has.

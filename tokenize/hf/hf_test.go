@@ -292,3 +292,17 @@ func TestTokens(t *testing.T) {
 func stripAccents(s string) string {
 	return strings.NewReplacer("è", "e", "û", "u", "é", "e", "à", "a", "ï", "i").Replace(s)
 }
+
+// BenchmarkLoad is one Load of MiniLM's tokenizer.json (about 700 KB), as every version of a
+// model does when a server starts or reloads it.
+func BenchmarkLoad(b *testing.B) {
+	path := tokenizerPath(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		tok, err := hf.Load(path, 256)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok.Close()
+	}
+}
