@@ -2,6 +2,7 @@ package onnx_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,6 +143,27 @@ func TestReadSeeksPastWeights(t *testing.T) {
 		}
 		if _, err := onnx.ReadModel(write(t, "cut.onnx", data[:len(data)/2])); err == nil || !strings.Contains(err.Error(), "truncated") {
 			t.Errorf("raw %d, cut in half: %v, want truncated", raw, err)
+		}
+	}
+}
+
+// BenchmarkReadModel reads the signature of a file with minilm's weight bytes (90 MB in 100
+// initializers), as every session a server opens does.
+func BenchmarkReadModel(b *testing.B) {
+	ids := onnxtest.Value{Name: "input_ids", ElemType: onnxtest.Int64, Dims: []int64{-1, -1}}
+	inits := make([]onnxtest.Value, 100)
+	for i := range inits {
+		inits[i] = onnxtest.Value{Name: fmt.Sprint("w", i), ElemType: onnxtest.Float, Dims: []int64{384}}
+	}
+	g := onnxtest.Graph{Inputs: []onnxtest.Value{ids}, Outputs: []onnxtest.Value{{Name: "y", ElemType: onnxtest.Float, Dims: []int64{-1, -1, 384}}},
+		Ops: []string{"MatMul"}, Initializers: inits, RawBytes: 900_000}
+	path := filepath.Join(b.TempDir(), "weights.onnx")
+	if err := os.WriteFile(path, g.Encode(), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := onnx.ReadModel(path); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
