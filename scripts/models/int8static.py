@@ -137,11 +137,18 @@ def mixed_groups(n, size, seed=0):
     return [order[s:s + size].tolist() for s in range(0, n, size)]
 
 
-def batch_invariance(sess, tok, texts, output, sizes=(8, 32)):
-    """How far each text's answer moves between running it alone and inside shuffled batches of
-    each size: {size: {"cos_min", "cos_p01"} (embeddings) or {"max_abs_dp", "label_flips",
-    "cos_min", "cos_p01"} (probabilities)}."""
-    alone = run_groups(sess, tok, texts, [[i] for i in range(len(texts))], output, probabilities=True)
+def run_alone(sess, tok, texts, output):
+    """Each text's answer run alone (batch 1, no padding): mean-pooled normalized embeddings,
+    or softmaxed logits. batch_invariance and packed_invariance compare against these."""
+    return run_groups(sess, tok, texts, [[i] for i in range(len(texts))], output, probabilities=True)
+
+
+def batch_invariance(sess, tok, texts, output, sizes=(8, 32), alone=None):
+    """How far each text's answer moves between running it alone (run_alone's answers, made
+    here unless given) and inside shuffled batches of each size: {size: {"cos_min", "cos_p01"}
+    (embeddings) or {"max_abs_dp", "label_flips", "cos_min", "cos_p01"} (probabilities)}."""
+    if alone is None:
+        alone = run_alone(sess, tok, texts, output)
     r = {}
     for size in sizes:
         got = run_groups(sess, tok, texts, mixed_groups(len(texts), size), output, probabilities=True)
@@ -153,10 +160,11 @@ def batch_invariance(sess, tok, texts, output, sizes=(8, 32)):
     return r
 
 
-def packed_invariance(sess, tok, texts, sizes=(8, 32)):
+def packed_invariance(sess, tok, texts, sizes=(8, 32), alone=None):
     """As batch_invariance for minilm, with each group packed end to end in one row
     (common.run_packed) instead of padded: {size: {"cos_min", "cos_p01"}}."""
-    alone = run_groups(sess, tok, texts, [[i] for i in range(len(texts))], "last_hidden_state")
+    if alone is None:
+        alone = run_alone(sess, tok, texts, "last_hidden_state")
     r = {}
     for size in sizes:
         got = run_packed(sess, tok, texts, mixed_groups(len(texts), size))
