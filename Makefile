@@ -83,8 +83,10 @@ clients: ## the small Python environment of official API clients (openai, triton
 data: ## the Pang & Lee sentence polarity data and its fixed splits
 	@scripts/fetch-data.sh $(DATA_DIR)
 
-models: venv data ## export, train and quantize the default models into the cache
-	@scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
+# BUILD_THREADS: ONNX Runtime's and BLAS's threads in the model build; empty: as many as cores
+# (up to 4). run and test set 1 (prep, below).
+models: venv data ## export, train and quantize the default models into the cache [BUILD_THREADS=1]
+	@ORTSERVE_BUILD_THREADS=$(BUILD_THREADS) scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
 
 # `make quantize` and `make damage` add versions to REPO, by default a copy of the built
 # repository made on first use, so that `make test` and `make run` keep seeing exactly what
@@ -125,9 +127,13 @@ build: tokenizers ## build bin/server
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/server
 
 # run and test obtain what they need side by side (PREP_JOBS at once, each target's output
-# kept together): on a fresh machine the downloads overlap the Rust and model builds.
+# kept together): on a fresh machine the downloads overlap the Rust and model builds. Beside
+# them the model build runs single-threaded: its threads' spin-waits, starved by the other
+# jobs, made it 571 s in a cold `make test` against 207 s alone (reranker training 166 s
+# against 42, sentiment int8-static 65 against 13). One thread alone: 276 s and 294 CPU-s
+# against 376 CPU-s with two, the same files byte for byte (2026-12-03).
 PREP_JOBS    ?= 4
-prep = @$(MAKE) --no-print-directory -j$(PREP_JOBS) --output-sync=target $(1)
+prep = @$(MAKE) --no-print-directory -j$(PREP_JOBS) --output-sync=target BUILD_THREADS=1 $(1)
 
 run: ## serve the default models on $(ADDR) (obtains and builds what is missing: deps models build)
 	$(call prep,deps models build)

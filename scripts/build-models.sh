@@ -54,6 +54,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_
 # OpenMP threads spin-wait by default and starve ORT and BLAS on small machines (with torch,
 # PASSIVE made build.py 2.3x faster on 2 cores: 91 s vs 207 s).
 export OMP_WAIT_POLICY=PASSIVE
+# ORTSERVE_BUILD_THREADS (build.py's ORT sessions) bounds numpy's OpenBLAS and OpenMP too.
+if [[ -n ${ORTSERVE_BUILD_THREADS:-} ]]; then
+  export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$ORTSERVE_BUILD_THREADS} OMP_NUM_THREADS=${OMP_NUM_THREADS:-$ORTSERVE_BUILD_THREADS}
+fi
 export PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore
 
 STAGE=$OUT.partial
