@@ -112,8 +112,10 @@ type backend struct {
 	sessions int
 	threads  int
 	batch    runtime.BatchConfig
-	observe  func(model, version string) runtime.Observer
-	log      *slog.Logger // nil: no placement log line per version
+	// calibration is how long Executor lets each version's pool measure its cost curve.
+	calibration time.Duration
+	observe     func(model, version string) runtime.Observer
+	log         *slog.Logger // nil: no placement log line per version
 }
 
 // resolveDevice is the one place a command turns serve's --device into the execution
@@ -141,7 +143,7 @@ func newBackend(env *ort.Env, c config.Serve, p ort.Provider, observe func(model
 	if observe == nil {
 		observe = func(string, string) runtime.Observer { return runtime.NopObserver{} }
 	}
-	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, batch: c.Batch, observe: observe}
+	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, batch: c.Batch, calibration: c.Calibration, observe: observe}
 	if p == ort.ProviderCPU {
 		// Measured on a 2-core machine: several single-thread sessions beat one session with
 		// many threads, and a multi-thread session shared by goroutines oversubscribes.
@@ -203,7 +205,7 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 		pool.Close()
 		return nil, err
 	}
-	if err := pool.Calibrate(context.Background(), calibrationBatches(cfg.MaxBatchSize, cfg.Packing && pool.Packs()), calibrationBudget); err != nil {
+	if err := pool.Calibrate(context.Background(), calibrationBatches(cfg.MaxBatchSize, cfg.Packing && pool.Packs()), b.calibration); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -217,9 +219,6 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	}
 	return batchExecutor{bt, pool}, nil
 }
-
-// calibrationBudget bounds the time each version spends measuring its cost curve at start-up.
-const calibrationBudget = 300 * time.Millisecond
 
 // calibrationBatches are the shapes a version's cost model is seeded with, cheapest first:
 // batches of 1, 2, 4, … up to most rows, at two lengths, so that the fit sees both what rows

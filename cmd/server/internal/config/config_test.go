@@ -83,8 +83,8 @@ shutdown_grace: 1m
 			c.HTTP.MaxInputs, c.Grace = 32, 30*time.Second
 		}},
 		{"empty env is unset", file, map[string]string{"ORTSERVE_ADDR": ""}, []string{"--config", "$DIR/serve.yaml"}, fromFile},
-		{"env alone", "", map[string]string{"ORTSERVE_MODELS": "/m", "ORTSERVE_STRICT_PLACEMENT": "true", "ORTSERVE_REQUEST_TIMEOUT": "2s", "ORTSERVE_RELOAD_INTERVAL": "0s"}, nil, func(c *Serve, _ string) {
-			c.Models, c.Strict, c.HTTP.RequestTimeout, c.Reload = "/m", true, 2*time.Second, 0
+		{"env alone", "", map[string]string{"ORTSERVE_MODELS": "/m", "ORTSERVE_STRICT_PLACEMENT": "true", "ORTSERVE_REQUEST_TIMEOUT": "2s", "ORTSERVE_RELOAD_INTERVAL": "0s", "ORTSERVE_CALIBRATION_BUDGET": "0s"}, nil, func(c *Serve, _ string) {
+			c.Models, c.Strict, c.HTTP.RequestTimeout, c.Reload, c.Calibration = "/m", true, 2*time.Second, 0, 0
 		}},
 		{"connections and shutdown", "http: {read_timeout: 5s, idle_timeout: 0s}\nshutdown_drain_delay: 5s\n", map[string]string{"ORTSERVE_WRITE_TIMEOUT": "1m", "ORTSERVE_MAX_CONNS_PER_CLIENT": "8"},
 			[]string{"--config", "$DIR/serve.yaml", "--grace", "20s"}, func(c *Serve, dir string) {
@@ -157,6 +157,7 @@ func TestServeConfigErrors(t *testing.T) {
 			`line 5: http.max_conns_per_client -1: must be ≥ 0`,
 		}},
 		{"drain delay", "", map[string]string{"ORTSERVE_DRAIN_DELAY": "-1s"}, nil, []string{`ORTSERVE_DRAIN_DELAY=-1s (shutdown_drain_delay): must be ≥ 0`}},
+		{"calibration budget", "batching:\n  calibration_budget: -1ms\n", nil, nil, []string{`line 2: batching.calibration_budget -1ms: must be ≥ 0`}},
 		{"drain delay past the grace", "shutdown_grace: 10s\n", nil, []string{"--drain-delay", "15s"}, []string{
 			`--drain-delay 15s (shutdown_drain_delay): must be ≤ --grace 10s, which bounds the whole shutdown: raise --grace or shorten the delay`,
 		}},

@@ -350,6 +350,7 @@ func (l *loader) validate() {
 	check(c.Packing == "auto" || c.Packing == "on" || c.Packing == "off", "packing", "want auto, on or off")
 	atLeast(1, "max-queue-requests", int64(c.Batch.MaxQueueRequests))
 	atLeast(1, "max-queue-tokens", int64(c.Batch.MaxQueueTokens))
+	check(c.Calibration >= 0, "calibration-budget", "must be ≥ 0")
 	atLeast(1, "max-body-bytes", c.HTTP.MaxBodyBytes)
 	atLeast(1, "max-inputs", int64(c.HTTP.MaxInputs))
 	atLeast(0, "max-input-chars", int64(c.HTTP.MaxInputChars))
