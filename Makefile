@@ -84,7 +84,7 @@ data: ## the Pang & Lee sentence polarity data and its fixed splits
 	@scripts/fetch-data.sh $(DATA_DIR)
 
 # BUILD_THREADS: ONNX Runtime's and BLAS's threads in the model build; empty: as many as cores
-# (up to 4). run and test set 1 (prep, below).
+# (up to 4). test sets 1 (below).
 models: venv data ## export, train and quantize the default models into the cache [BUILD_THREADS=1]
 	@ORTSERVE_BUILD_THREADS=$(BUILD_THREADS) scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
 
@@ -127,27 +127,28 @@ build: tokenizers ## build bin/server
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/server
 
 # run and test obtain what they need side by side (PREP_JOBS at once, each target's output
-# kept together): on a fresh machine the downloads overlap the Rust and model builds. Beside
-# them the model build runs single-threaded: its threads' spin-waits, starved by the other
-# jobs, made it 571 s in a cold `make test` against 207 s alone (reranker training 166 s
-# against 42, sentiment int8-static 65 against 13). One thread alone: 276 s and 294 CPU-s
-# against 376 CPU-s with two, the same files byte for byte (2026-12-03).
+# kept together): on a fresh machine the downloads overlap the Rust and model builds.
 # The other prerequisites run niced (BESIDE), so that they fill the time the model build leaves
 # rather than slow it: the build is the longest of them, and the -race suite waits for it.
 # Without it, single-threaded beside them, the build took 591 s (2026-12-03, 151f11f).
 PREP_JOBS    ?= 4
 BESIDE       ?= nice -n 19
-prep = @$(MAKE) --no-print-directory -j$(PREP_JOBS) --output-sync=target BUILD_THREADS=1 $(1)
+prep = @$(MAKE) --no-print-directory -j$(PREP_JOBS) --output-sync=target $(1)
 
 run: ## serve the default models on $(ADDR) (obtains and builds what is missing: deps models build)
 	$(call prep,deps models build)
 	$(RUN_ENV) ./$(BIN) serve --addr $(ADDR)
 
 # test's checks that need no model (test-pure, test-race-build) run beside the model build,
-# where they cost no wall time on a fresh machine: the build is the longest prerequisite, and
-# its single-threaded stages leave a core to them. Only the -race suite waits for the models.
+# niced, and only the -race suite waits for the models. There the build runs single-threaded
+# (BUILD_THREADS=1): in a cold `make test` its two threads' spin-waits, starved by the other
+# jobs, made it 571 s against 207 s alone (reranker training 166 s against 42). One thread
+# alone: 276 s and 294 CPU-s against 376 CPU-s with two, the same files byte for byte; in a
+# cold make test, niced beside the rest, 294 s (2026-12-03). make run keeps two threads: there
+# the build is all that the first answer waits for (cold, one thread made it 342 s and the
+# first answer 382 s).
 test: ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models (obtains deps models clients and the linter first)
-	$(call prep,deps models clients test-pure test-race-build)
+	$(call prep,BUILD_THREADS=1 deps models clients test-pure test-race-build)
 	$(RUN_ENV) $(GO) test -race -count=1 -parallel 4 -timeout 30m ./...
 
 # Part of test: go vet and golangci-lint, then the cgo-free tests (as make unit).
