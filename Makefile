@@ -86,7 +86,7 @@ data: ## the Pang & Lee sentence polarity data and its fixed splits
 # BUILD_THREADS: ONNX Runtime's and BLAS's threads in the model build; empty: as many as cores
 # (up to 4). test sets 1 (below).
 models: venv data ## export, train and quantize the default models into the cache [BUILD_THREADS=1]
-	@ORTSERVE_BUILD_THREADS=$(BUILD_THREADS) scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
+	@$(if $(BUILD_THREADS),ORTSERVE_BUILD_THREADS=$(BUILD_THREADS) )scripts/build-models.sh $(VENV) $(DATA_DIR) $(MODELS_DIR)
 
 # `make quantize` and `make damage` add versions to REPO, by default a copy of the built
 # repository made on first use, so that `make test` and `make run` keep seeing exactly what
