@@ -144,9 +144,9 @@ run: ## serve the default models on $(ADDR) (obtains and builds what is missing:
 # (BUILD_THREADS=1): in a cold `make test` its two threads' spin-waits, starved by the other
 # jobs, made it 571 s against 207 s alone (reranker training 166 s against 42). One thread
 # alone: 276 s and 294 CPU-s against 376 CPU-s with two, the same files byte for byte; in a
-# cold make test, niced beside the rest, 294 s (2026-12-03). make run keeps two threads: there
-# the build is all that the first answer waits for (cold, one thread made it 342 s and the
-# first answer 382 s).
+# cold make test, niced beside the rest, 294 s (2026-12-03). make run keeps two threads: its
+# first answer waits on the build and on the server's, not on any checks (cold, one thread:
+# the build 342 s, the first answer 382 s; two: 238 s and 365 s).
 test: ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models (obtains deps models clients and the linter first)
 	$(call prep,BUILD_THREADS=1 deps models clients test-pure test-race-build)
 	$(RUN_ENV) $(GO) test -race -count=1 -parallel 4 -timeout 30m ./...

@@ -229,10 +229,9 @@ func startServer(t testing.TB, args ...string) string {
 }
 
 // launch starts `server serve` in this process on a free port, with one session per version
-// and 50 ms of calibration unless args ask otherwise (opening sessions and calibrating them
-// are most of a start-up's time); stop shuts it down.
+// unless args ask for more (opening sessions is most of a start-up's time); stop shuts it down.
 func launch(args ...string) (url string, stop func() error, err error) {
-	c, err := config.Parse(append([]string{"--addr", "127.0.0.1:0", "--device", "cpu", "--sessions", "1", "--calibration-budget", "50ms"}, args...), io.Discard)
+	c, err := config.Parse(append([]string{"--addr", "127.0.0.1:0", "--device", "cpu", "--sessions", "1"}, args...), io.Discard)
 	if err != nil {
 		return "", nil, err
 	}

@@ -59,7 +59,7 @@ func TestTune(t *testing.T) {
 		"--budget", budget.String(), "--max-experiments", fmt.Sprint(experiments),
 		"--step", "250ms", "--warmup", "100ms", "--search-steps", "3", "--baseline-steps", "5",
 		"--offline-step", "100ms", "--out", out, "--gate", tuneGateReport(t, "int8", true), "--quiet")
-	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1", "ORTSERVE_MODELS="+sentimentOnly(t), "ORTSERVE_MAX_BATCH=8", "ORTSERVE_CALIBRATION_BUDGET=50ms")
+	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1", "ORTSERVE_MODELS="+sentimentOnly(t), "ORTSERVE_MAX_BATCH=8")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	began := time.Now()
