@@ -144,7 +144,7 @@ run: ## serve the default models on $(ADDR) (obtains and builds what is missing:
 # (BUILD_THREADS=1): in a cold `make test` its two threads' spin-waits, starved by the other
 # jobs, made it 571 s against 207 s alone (reranker training 166 s against 42). One thread
 # alone: 276 s and 294 CPU-s against 376 CPU-s with two, the same files byte for byte; in a
-# cold make test, niced beside the rest, 294 s (2026-12-03). make run keeps two threads: its
+# cold make test, beside the niced rest, 294 s (2026-12-03). make run keeps two threads: its
 # first answer waits on the build and on the server's, not on any checks (cold, one thread:
 # the build 342 s, the first answer 382 s; two: 238 s and 365 s).
 test: ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models (obtains deps models clients and the linter first)
