@@ -400,5 +400,8 @@ func TestOverloadSLO(t *testing.T) {
 	if v := metricValues(t, srv.url, `ortserve_admission_refused_total{model="minilm",reason="slo",version="fp32"}`); v[0] == 0 {
 		t.Errorf("no refusal counted for the SLO")
 	}
+	// Closed first: a connection dialed and never sent on would hold the server's
+	// shutdown for 5 s (net/http waits that long for a new connection's first request).
+	tr.CloseIdleConnections()
 	srv.stop(t)
 }

@@ -83,13 +83,6 @@ func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	t.Logf("%d requests in flight at SIGTERM all answered", ok)
 }
 
-// raceExitsAtOnce makes a child built with -race exit without the race detector's second
-// of sleep at exit (GORACE atexit_sleep_ms, 1000 by default), which would count in the time
-// from SIGTERM to exit that a test measures.
-func raceExitsAtOnce(t *testing.T) {
-	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-}
-
 // oneShot is a client whose every request opens its own connection: an error is about that
 // request alone, never about a kept-alive connection that the server closed meanwhile.
 func oneShot() *http.Client {
@@ -104,7 +97,6 @@ func TestSIGTERMAnswersTheQueueWithinGrace(t *testing.T) {
 		clients = 150
 		grace   = 2 * time.Second
 	)
-	raceExitsAtOnce(t)
 	// One session of one thread, one text per batch: each request is a batch of its own,
 	// tens of milliseconds of CPU, so that 150 of them queue for seconds.
 	c := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--sessions", "1", "--threads", "1", "--max-batch", "1",
@@ -183,7 +175,6 @@ func TestSIGTERMAnswersTheQueueWithinGrace(t *testing.T) {
 // delay is over, within the grace.
 func TestDrainDelayKeepsServing(t *testing.T) {
 	const drain, grace = 1500 * time.Millisecond, 3 * time.Second
-	raceExitsAtOnce(t)
 	c := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--drain-delay", drain.String(), "--grace", grace.String(), "--reload-interval", "0s")
 	get := func(path string) (int, error) {
 		resp, err := oneShot().Get(c.url + path)

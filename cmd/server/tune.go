@@ -296,7 +296,10 @@ func (j *tuneJob) run(ctx context.Context, env *ort.Env, start time.Time, stdout
 				stop()
 				return "", nil, err
 			}
-			return "http://" + addr, func() { stop(); <-done; client.CloseIdleConnections() }, nil
+			// The client's idle connections close first: one it dialed but never sent on
+			// is new to the server, whose Shutdown waits 5 s for such a connection before
+			// it closes it (net/http), and the run would wait with it.
+			return "http://" + addr, func() { client.CloseIdleConnections(); stop(); <-done }, nil
 		},
 	}
 
