@@ -158,10 +158,13 @@ test-pure: $(GOLANGCI)
 	CGO_ENABLED=0 $(BESIDE) $(GO) test -count=1 ./...
 	cd deploy && CGO_ENABLED=0 $(BESIDE) $(GO) test -count=1 ./...
 
-# Part of test: compiles and links the -race test binaries without running them (-exec
-# /bin/true), so that the suite's run, once the models are built, finds them in the cache.
+# Part of test: compiles the -race test packages without linking or running them, so that
+# the suite's run, once the models are built, finds them in the build cache. Not `go test
+# -exec /bin/true`: go test does not cache linked test binaries, so the suite linked them
+# all again. Measured 2026-12-03: from an empty cache, go list 83 CPU-s, then the links 23;
+# warm, go list 1.2 s against 4.9 s (8.5 CPU-s) for `-exec /bin/true`.
 test-race-build: tokenizers
-	$(BESIDE) $(GO) test -race -count=1 -exec /bin/true ./... > /dev/null
+	$(BESIDE) $(GO) list -race -export -test -deps ./... > /dev/null
 
 unit: ## only the tests that need no native library or model: every package, built without cgo
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
