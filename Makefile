@@ -149,7 +149,7 @@ run: ## serve the default models on $(ADDR) (obtains and builds what is missing:
 # the build 342 s, the first answer 382 s; two: 238 s and 365 s).
 # The -race suite: cmd/server (most of its time) is named first, so that go test starts it first
 # and the other packages run beside it rather than before it. GORACE: each -race test binary
-# sleeps 1 s at exit by default (atexit_sleep_ms), 19 packages' worth; races are still reported
+# sleeps 1 s at exit by default (atexit_sleep_ms), 18 packages' worth; races are still reported
 # and still fail the package.
 GORACE       ?= atexit_sleep_ms=0
 test: ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models (obtains deps models clients and the linter first)
