@@ -109,7 +109,9 @@ func TestServeHFLayouts(t *testing.T) {
 	if err := os.Symlink(filepath.Join(os.Getenv("ORTSERVE_MODELS"), "reranker"), filepath.Join(repo, "reranker")); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--models", repo, "--sessions", "1"}
+	// A short calibration: the cost curve decides how batches form, not what they answer, and
+	// this server opens a session for each of its many layouts.
+	args := []string{"--models", repo, "--sessions", "1", "--calibration-budget", "50ms"}
 	var served []string // the embedders' model names
 	for _, dir := range embedders {
 		name := "layout-" + filepath.Base(dir)
