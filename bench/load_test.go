@@ -382,3 +382,57 @@ func BenchmarkPacing(b *testing.B) {
 		})
 	}
 }
+
+// --min-requests lengthens open-loop steps whose window would hold fewer requests, and only
+// those; closed-loop steps keep --step.
+func TestMinRequestsLengthensSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		rates       []float64
+		concurrency []int
+		minRequests int
+		want        []float64 // each step's measured window, s
+		wantSent    []int
+	}{
+		{name: "off", rates: []float64{50, 500}, want: []float64{4, 4}, wantSent: []int{200, 2000}},
+		{name: "slow rates wait for the count", rates: []float64{50, 125, 500}, minRequests: 1000, want: []float64{20, 8, 4}, wantSent: []int{1000, 1000, 2000}},
+		{name: "closed loop", concurrency: []int{2}, minRequests: 1000, want: []float64{4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeServer{latency: func(int64, time.Time) time.Duration { return 5 * time.Millisecond }}
+				o := DefaultOptions()
+				o.Targets = []Target{target}
+				o.Poisson = false
+				o.Rates, o.Concurrency, o.MinRequests = tc.rates, tc.concurrency, tc.minRequests
+				r, err := Measure(t.Context(), fakeClient(f), words, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Load.MinRequests != tc.minRequests || r.Load.StepS != 4 {
+					t.Errorf("load %+v: want min_requests %d, step 4 s", r.Load, tc.minRequests)
+				}
+				steps := r.Runs[0].Versions[0].Steps
+				if len(steps) != len(tc.want) {
+					t.Fatalf("%d steps, want %d", len(steps), len(tc.want))
+				}
+				for i, st := range steps {
+					if st.DurationS != tc.want[i] {
+						t.Errorf("step %d: window %.3f s, want %.0f", i, st.DurationS, tc.want[i])
+					}
+					if tc.wantSent != nil && st.Sent != tc.wantSent[i] {
+						t.Errorf("step %d: sent %d, want %d", i, st.Sent, tc.wantSent[i])
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestMinRequestsNegative(t *testing.T) {
+	o := DefaultOptions()
+	o.Targets, o.Rates, o.MinRequests = []Target{target}, []float64{10}, -1
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--min-requests") {
+		t.Errorf("Validate: %v, want the --min-requests line", err)
+	}
+}

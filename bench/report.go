@@ -148,6 +148,9 @@ func loadText(l LoadSpec) string {
 	}
 	if l.StepS > 0 {
 		s := secondsText(l.StepS) + " per step"
+		if l.MinRequests > 0 {
+			s = fmt.Sprintf("%s per step or %d requests, whichever is longer,", secondsText(l.StepS), l.MinRequests)
+		}
 		if l.WarmupS > 0 {
 			s += " after " + secondsText(l.WarmupS) + " warm-up"
 		}

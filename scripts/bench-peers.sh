@@ -23,6 +23,9 @@
 #   PEERS_SLO=p95=50ms  PEERS_ARRIVALS="constant poisson"  PEERS_LOW_RATE=40
 #   PEERS_STEP=4s  PEERS_WARMUP=1s  PEERS_SEARCH_STEPS=8  PEERS_SEARCH_START=auto (raw limit / 4)
 #   PEERS_SEARCH_RESOLUTION=0.05 (bisect until the bracket is within 5%)
+#   PEERS_MIN_REQUESTS=1000 (a search step lasts PEERS_STEP, or longer until it spans this many
+#   requests: a p95 from a 4 s step near capacity strays by tens of ms; 0: PEERS_STEP only;
+#   the low-rate step always lasts PEERS_STEP)
 #   PEERS_OFFLINE_STEP=3s  PEERS_MIN_COSINE=0.999  PEERS_CALL_TIMEOUT=600 (s, each bench run)
 # With the defaults a run takes about 10 minutes. Exit 2 if taskset (util-linux) is missing.
 set -euo pipefail
@@ -51,6 +54,7 @@ WARMUP=${PEERS_WARMUP:-1s}
 SEARCH_STEPS=${PEERS_SEARCH_STEPS:-8}
 SEARCH_RESOLUTION=${PEERS_SEARCH_RESOLUTION:-0.05}
 SEARCH_START=${PEERS_SEARCH_START:-auto}
+MIN_REQUESTS=${PEERS_MIN_REQUESTS:-1000}
 OFFLINE_STEP=${PEERS_OFFLINE_STEP:-3s}
 MIN_COSINE=${PEERS_MIN_COSINE:-0.999}
 CALL_TIMEOUT=${PEERS_CALL_TIMEOUT:-600}
@@ -62,6 +66,7 @@ GO=${GO:-go}
 for c in "$SCORE" "$GCORE"; do
   taskset -c "$c" true 2>/dev/null || die "cannot pin to core $c (PEERS_CORES): this machine allows $(taskset -cp $$ | sed 's/.*: //')"
 done
+[[ $MIN_REQUESTS =~ ^[0-9]+$ ]] || die "PEERS_MIN_REQUESTS=$MIN_REQUESTS: want a whole number of requests (0: off)"
 for s in $SERVERS; do
   [[ $s == ortserve || $s == hugot || $s == fastapi ]] || die "PEERS_SERVERS: unknown server $s (ortserve, hugot, fastapi)"
 done
@@ -128,12 +133,15 @@ bench_run() {
     --quiet --json "$RAW/$name.json" >"$RAW/$name.txt" 2>&1 || { tail -n 20 "$RAW/$name.txt" >&2; die "bench $name failed: see $RAW/$name.txt"; }
 }
 
-# The most load applied, in minutes, when STEP and WARMUP are whole seconds ("4s").
+# The most load applied, in minutes, when STEP and WARMUP are whole seconds ("4s") and steps
+# are not lengthened to MIN_REQUESTS (which makes a search's length depend on its rates).
 most=
-if [[ $STEP =~ ^([0-9]+)s$ ]] && step_s=${BASH_REMATCH[1]} && [[ $WARMUP =~ ^([0-9]+)s$ ]]; then
+steps="$STEP steps"
+(( MIN_REQUESTS > 0 )) && steps="search steps of $STEP or $MIN_REQUESTS requests, whichever is longer,"
+if (( MIN_REQUESTS == 0 )) && [[ $STEP =~ ^([0-9]+)s$ ]] && step_s=${BASH_REMATCH[1]} && [[ $WARMUP =~ ^([0-9]+)s$ ]]; then
   most="; at most ~$(( $(wc -w <<<"$VERSIONS") * $(wc -w <<<"$SERVERS") * ($(wc -w <<<"$ARRIVALS") * SEARCH_STEPS + 1) * (step_s + BASH_REMATCH[1]) / 60 + 1 )) min of load"
 fi
-log "$MODEL ${VERSIONS// /, } × ${SERVERS// /, }: servers on core $SCORE, generator on core $GCORE; $SLO, arrivals ${ARRIVALS// /, }, $STEP steps after $WARMUP of warm-up (at most $SEARCH_STEPS a search), then $LOW_RATE rps$most"
+log "$MODEL ${VERSIONS// /, } × ${SERVERS// /, }: servers on core $SCORE, generator on core $GCORE; $SLO, arrivals ${ARRIVALS// /, }, $steps after $WARMUP of warm-up (at most $SEARCH_STEPS a search), then $LOW_RATE rps$most"
 
 # --- the raw limit: ONNX Runtime on the server core, batch 1 ----------------------------
 # offline NAME VERSIONS: `server bench --offline` of VERSIONS (comma-separated) on the server
@@ -181,7 +189,7 @@ print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$
       log "$ver: $name, search for the highest rate at $SLO, $arrival arrivals, from $start rps"
       bench_run "$ver-$name-$arrival" --url "$url" --model "$MODEL" --versions "$ver" --route /embed \
         --slo "$SLO" --arrival "$arrival" --search-steps "$SEARCH_STEPS" --search-start "$start" \
-        --search-resolution "$SEARCH_RESOLUTION"
+        --search-resolution "$SEARCH_RESOLUTION" --min-requests "$MIN_REQUESTS"
     done
     log "$ver: $name at $LOW_RATE rps, constant arrivals"
     bench_run "$ver-$name-low" --url "$url" --model "$MODEL" --versions "$ver" --route /embed \
@@ -192,6 +200,6 @@ print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$
 done
 
 "$PY" "$HELP" table "$RAW" "$OUT" model="$MODEL" versions="$VERSIONS" servers="$SERVERS" arrivals="$ARRIVALS" \
-  slo="$SLO" low_rate="$LOW_RATE" step="$STEP" warmup="$WARMUP" search_steps="$SEARCH_STEPS" search_resolution="$SEARCH_RESOLUTION" \
+  slo="$SLO" low_rate="$LOW_RATE" step="$STEP" warmup="$WARMUP" search_steps="$SEARCH_STEPS" search_resolution="$SEARCH_RESOLUTION" min_requests="$MIN_REQUESTS" \
   server_core="$SCORE" generator_core="$GCORE" min_cosine="$MIN_COSINE"
 log "wrote $OUT/peers.md and $OUT/peers.json"

@@ -83,6 +83,7 @@ func benchFlags(c *benchConfig) *flag.FlagSet {
 	fs.Float64Var(&o.Search.Resolution, "search-resolution", o.Search.Resolution, "the SLO search stops bisecting when its bracket is within this fraction of the rate")
 	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "load applied before each step's measured window")
 	fs.DurationVar(&o.Step, "step", o.Step, "measured window of each step")
+	fs.IntVar(&o.MinRequests, "min-requests", 0, "lengthen an open-loop step past --step until it spans this many requests at its rate, for a steadier p95; 0: off")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "per request; a request with no answer by then counts as a timeout")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "the generator's cap on requests outstanding; 0: none")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of Poisson arrivals and the workload's starting point")

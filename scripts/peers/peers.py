@@ -136,6 +136,14 @@ def times(r):
     return "–" if r is None else f"{r:.2f}×"
 
 
+def step_text(meta):
+    """How long each search step lasted: --step, or longer until it spanned --min-requests."""
+    n = int(meta.get('min_requests') or 0)
+    if n > 0:
+        return f"search steps of {meta['step']} or {n} requests, whichever is longer (`--min-requests {n}`),"
+    return f"{meta['step']} steps"
+
+
 def table(raw, out, kv):
     meta = dict(a.split("=", 1) for a in kv)
     versions, servers, arrivals = meta["versions"].split(), meta["servers"].split(), meta["arrivals"].split()
@@ -193,7 +201,7 @@ def table(raw, out, kv):
              f"- **Date:** {data['date']}",
              f"- **Protocol:** each server alone, pinned with `taskset -c {meta['server_core']}`; the load generator "
              f"(`server bench`, built-in texts, one text a request) pinned to core {meta['generator_core']}; "
-             f"search for the highest rate with p95 ≤ {p95} (`--slo {slo}`), {meta['step']} steps after {meta['warmup']} "
+             f"search for the highest rate with p95 ≤ {p95} (`--slo {slo}`), {step_text(meta)} after {meta['warmup']} "
              f"of warm-up, at most {meta['search_steps']} steps a search, bisecting to within {float(meta.get('search_resolution', 0.1)):.0%}; then {low} rps, constant arrivals.",
              f"- **Raw limit:** `server bench --offline --offline-batches 1` on core {meta['server_core']}: one session, "
              "one intra-op thread, pre-tokenized texts, no HTTP; measured at the start, then again just before each "
