@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -434,5 +435,115 @@ func TestMinRequestsNegative(t *testing.T) {
 	o.Targets, o.Rates, o.MinRequests = []Target{target}, []float64{10}, -1
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--min-requests") {
 		t.Errorf("Validate: %v, want the --min-requests line", err)
+	}
+}
+
+// scripted is a search's view of a server: whether a step passes, by its rate and by how
+// many windows that rate has had.
+type scripted func(rate float64, window int) bool
+
+func TestSearchConfirm(t *testing.T) {
+	under := func(capacity float64) scripted { return func(r float64, _ int) bool { return r <= capacity } }
+	// stall: capacity 300, but the first window at 188 rps fails (a host stall).
+	stall := func(r float64, w int) bool { return r <= 300 && !(r == 188 && w == 0) }
+	for _, tc := range []struct {
+		name      string
+		pass      scripted
+		confirm   int
+		saturate  bool // failed steps answer under 80% of the rate
+		wantBest  float64
+		wantRates []float64
+	}{
+		// 8 steps each, and with confirm a retry after every failure that is not saturated.
+		{name: "off: one stall ends the search low", pass: stall, wantBest: 186.6,
+			wantRates: []float64{94, 188, 141, 164.5, 176.3, 182.2, 185.1, 186.6}},
+		{name: "confirm: the stall is measured again", pass: stall, confirm: 1, wantBest: 299.7,
+			wantRates: []float64{94, 188, 188, 376, 376, 282, 329, 329, 305.5, 305.5, 293.8, 299.7}},
+		{name: "confirm: a real failure is retried, then counts", pass: under(150), confirm: 1, wantBest: 149.9,
+			wantRates: []float64{94, 188, 188, 141, 164.5, 164.5, 152.8, 152.8, 146.9, 149.9, 151.4, 151.4}},
+		{name: "confirm: a saturated step counts at once", pass: under(150), confirm: 1, saturate: true, wantBest: 149.9,
+			wantRates: []float64{94, 188, 141, 164.5, 152.8, 146.9, 149.9, 151.4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &search{Search: Search{Start: 94, Resolution: 0.01, MaxSteps: 8, Confirm: tc.confirm}, rate: 94}
+			windows := map[float64]int{}
+			var rates []float64
+			best := 0.0
+			for {
+				spec, ok := s.next()
+				if !ok {
+					break
+				}
+				r := spec.Rate
+				rates = append(rates, r)
+				pass := tc.pass(r, windows[r])
+				windows[r]++
+				st := Step{Offered: r, Sent: int(r * 4), DurationS: 4, Achieved: r, Pass: &pass}
+				if !pass && tc.saturate {
+					st.Achieved = 0.7 * r
+				}
+				if pass {
+					best = max(best, r)
+				}
+				s.saw(st)
+				if len(rates) > 40 {
+					t.Fatalf("search does not end: %v", rates)
+				}
+			}
+			if best != tc.wantBest || !slices.Equal(rates, tc.wantRates) {
+				t.Errorf("best %.1f after %v, want %.1f after %v", best, rates, tc.wantBest, tc.wantRates)
+			}
+		})
+	}
+}
+
+// TestSearchConfirmMeasure runs a search whose server stalls for 100 requests in the 128 rps
+// step's window: without --search-confirm the search ends below it; with it, the rate is
+// measured again, passes, and the search goes on to the step budget.
+func TestSearchConfirmMeasure(t *testing.T) {
+	for _, confirm := range []int{0, 1} {
+		t.Run(fmt.Sprint("confirm=", confirm), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				// Requests 1-1200: 16, 32, 64 and 128 rps steps, 1 s warm-up and 4 s each,
+				// constant arrivals; 128 rps's window holds requests 689-1200.
+				f := &fakeServer{latency: func(n int64, _ time.Time) time.Duration {
+					if n > 700 && n <= 800 {
+						return 150 * time.Millisecond
+					}
+					return 10 * time.Millisecond
+				}}
+				o := DefaultOptions()
+				o.Targets = []Target{target}
+				o.Poisson = false
+				o.SLO = &SLO{P95: 50 * time.Millisecond}
+				o.Search = Search{Start: 16, Resolution: 0.1, MaxSteps: 6, Confirm: confirm}
+				r, err := Measure(t.Context(), fakeClient(f), words, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := r.Runs[0].Versions[0]
+				want, steps := 112.0, 6 // 16, 32, 64, 128 fails, 96, 112
+				if confirm == 1 {
+					want, steps = 512, 7 // 16, 32, 64, 128 twice, 256, 512
+				}
+				if v.Best != want || len(v.Steps) != steps {
+					t.Errorf("best %.0f rps after %v, want %.0f after %d steps", v.Best, rates(v.Steps), want, steps)
+				}
+				if r.Load.Confirm != confirm {
+					t.Errorf("load %+v: want search_confirm %d", r.Load, confirm)
+				}
+				if got := loadText(r.Load); confirm == 1 && !strings.Contains(got, "measured again up to 1×") {
+					t.Errorf("load text %q: want the confirmation named", got)
+				}
+			})
+		})
+	}
+}
+
+func TestSearchConfirmNegative(t *testing.T) {
+	o := DefaultOptions()
+	o.Targets, o.Rates, o.Search.Confirm = []Target{target}, []float64{10}, -1
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--search-confirm") {
+		t.Errorf("Validate: %v, want the --search-confirm line", err)
 	}
 }

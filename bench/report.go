@@ -139,7 +139,11 @@ func loadText(l LoadSpec) string {
 		}
 		parts = append(parts, s)
 		if l.Search {
-			parts = append(parts, "rates searched for the SLO")
+			s := "rates searched for the SLO"
+			if l.Confirm > 0 {
+				s += fmt.Sprintf(", a failed step measured again up to %d× before its rate fails", l.Confirm)
+			}
+			parts = append(parts, s)
 		} else {
 			parts = append(parts, "rates swept")
 		}

@@ -51,8 +51,9 @@ type LoadSpec struct {
 	Inputs      int     `json:"inputs"`  // texts per request
 	WarmupS     float64 `json:"warmup_s"`
 	StepS       float64 `json:"step_s"`
-	MinRequests int     `json:"min_requests,omitempty"` // open-loop steps last past step_s until they span this many
-	MaxInFlight int     `json:"max_in_flight"`          // the generator's own cap on requests outstanding
+	MinRequests int     `json:"min_requests,omitempty"`   // open-loop steps last past step_s until they span this many
+	Confirm     int     `json:"search_confirm,omitempty"` // windows more a failed search step got before its rate failed
+	MaxInFlight int     `json:"max_in_flight"`            // the generator's own cap on requests outstanding
 	TimeoutS    float64 `json:"timeout_s"`
 	Seed        int64   `json:"seed"`
 }

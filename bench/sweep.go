@@ -54,6 +54,11 @@ type Search struct {
 	Start      float64
 	Resolution float64
 	MaxSteps   int
+	// Confirm is how many more windows a step that fails the SLO gets at the same rate
+	// before the rate counts as failed, so that one stall of a shared host does not end
+	// the search. A saturated step (saturated) fails at once. Every window is reported;
+	// the retries do not count against MaxSteps. 0: a failure counts at once.
+	Confirm int
 }
 
 // Progress is where a bench stands.
@@ -92,6 +97,8 @@ func (o Options) Validate() error {
 		return errors.New("bench: --step must be positive")
 	case o.MinRequests < 0:
 		return errors.New("bench: --min-requests must be 0 (off) or more")
+	case o.Search.Confirm < 0:
+		return errors.New("bench: --search-confirm must be 0 (off) or more")
 	case o.Repeat < 1:
 		return errors.New("bench: --repeat must be at least 1")
 	case len(o.Rates) == 0 && len(o.Concurrency) == 0 && (o.Search.Start <= 0 || o.Search.MaxSteps < 1 || o.Search.Resolution <= 0):
@@ -121,7 +128,7 @@ func Measure(ctx context.Context, c Doer, w *Workload, o Options) (*Report, erro
 		Load: LoadSpec{
 			Mode: "open", Arrival: "constant", Search: len(o.Rates) == 0 && len(o.Concurrency) == 0,
 			Inputs: o.Inputs, WarmupS: o.Warmup.Seconds(), StepS: o.Step.Seconds(), MinRequests: o.MinRequests,
-			MaxInFlight: o.MaxInFlight, TimeoutS: o.Timeout.Seconds(), Seed: int64(o.Seed),
+			Confirm: o.Search.Confirm, MaxInFlight: o.MaxInFlight, TimeoutS: o.Timeout.Seconds(), Seed: int64(o.Seed),
 		},
 	}
 	if o.Poisson {
@@ -272,26 +279,38 @@ func saturated(st Step) bool {
 }
 
 // search doubles the rate while steps pass, then bisects between the last pass and the
-// first failure.
+// first failure. A failure is measured again up to Confirm times first; it counts only
+// if every window at that rate fails.
 type search struct {
 	base StepSpec
 	Search
 	lo, hi, rate float64
 	steps        int
+	tries        int  // windows after the first at the current rate
+	again        bool // the next step measures the current rate again
 	done         bool
 }
 
 func (s *search) next() (StepSpec, bool) {
-	if s.done || s.steps >= s.MaxSteps || s.rate < 1 {
+	if s.done || s.rate < 1 || (s.steps >= s.MaxSteps && !s.again) {
 		return StepSpec{}, false
 	}
-	s.steps++
+	if !s.again {
+		s.steps++
+	}
+	s.again = false
 	spec := s.base
 	spec.Rate = math.Round(s.rate*10) / 10
 	return spec, true
 }
 
 func (s *search) saw(st Step) {
+	if st.Pass != nil && !*st.Pass && s.tries < s.Confirm && !saturated(st) {
+		s.tries++
+		s.again = true
+		return
+	}
+	s.tries = 0
 	if st.Pass != nil && *st.Pass {
 		s.lo = max(s.lo, st.Offered)
 	} else if s.hi == 0 || st.Offered < s.hi {

@@ -26,8 +26,10 @@
 #   PEERS_MIN_REQUESTS=1000 (a search step lasts PEERS_STEP, or longer until it spans this many
 #   requests: a p95 from a 4 s step near capacity strays by tens of ms; 0: PEERS_STEP only;
 #   the low-rate step always lasts PEERS_STEP)
+#   PEERS_SEARCH_CONFIRM=1 (a search step that fails the SLO without saturating is measured
+#   once more before its rate counts as failed: one stall of the host then does not end a search)
 #   PEERS_OFFLINE_STEP=3s  PEERS_MIN_COSINE=0.999  PEERS_CALL_TIMEOUT=600 (s, each bench run)
-# With the defaults a run takes about 10 minutes. Exit 2 if taskset (util-linux) is missing.
+# With the defaults a run takes about 20 minutes. Exit 2 if taskset (util-linux) is missing.
 set -euo pipefail
 ME=bench-peers
 log() { echo "$ME: $*" >&2; }
@@ -55,6 +57,7 @@ SEARCH_STEPS=${PEERS_SEARCH_STEPS:-8}
 SEARCH_RESOLUTION=${PEERS_SEARCH_RESOLUTION:-0.05}
 SEARCH_START=${PEERS_SEARCH_START:-auto}
 MIN_REQUESTS=${PEERS_MIN_REQUESTS:-1000}
+SEARCH_CONFIRM=${PEERS_SEARCH_CONFIRM:-1}
 OFFLINE_STEP=${PEERS_OFFLINE_STEP:-3s}
 MIN_COSINE=${PEERS_MIN_COSINE:-0.999}
 CALL_TIMEOUT=${PEERS_CALL_TIMEOUT:-600}
@@ -67,6 +70,7 @@ for c in "$SCORE" "$GCORE"; do
   taskset -c "$c" true 2>/dev/null || die "cannot pin to core $c (PEERS_CORES): this machine allows $(taskset -cp $$ | sed 's/.*: //')"
 done
 [[ $MIN_REQUESTS =~ ^[0-9]+$ ]] || die "PEERS_MIN_REQUESTS=$MIN_REQUESTS: want a whole number of requests (0: off)"
+[[ $SEARCH_CONFIRM =~ ^[0-9]+$ ]] || die "PEERS_SEARCH_CONFIRM=$SEARCH_CONFIRM: want a whole number of windows (0: off)"
 for s in $SERVERS; do
   [[ $s == ortserve || $s == hugot || $s == fastapi ]] || die "PEERS_SERVERS: unknown server $s (ortserve, hugot, fastapi)"
 done
@@ -189,7 +193,7 @@ print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$
       log "$ver: $name, search for the highest rate at $SLO, $arrival arrivals, from $start rps"
       bench_run "$ver-$name-$arrival" --url "$url" --model "$MODEL" --versions "$ver" --route /embed \
         --slo "$SLO" --arrival "$arrival" --search-steps "$SEARCH_STEPS" --search-start "$start" \
-        --search-resolution "$SEARCH_RESOLUTION" --min-requests "$MIN_REQUESTS"
+        --search-resolution "$SEARCH_RESOLUTION" --min-requests "$MIN_REQUESTS" --search-confirm "$SEARCH_CONFIRM"
     done
     log "$ver: $name at $LOW_RATE rps, constant arrivals"
     bench_run "$ver-$name-low" --url "$url" --model "$MODEL" --versions "$ver" --route /embed \
@@ -200,6 +204,6 @@ print(max(1, round(v["offline"][0]["items_per_s"] / 4)))' "$RAW/offline.json" "$
 done
 
 "$PY" "$HELP" table "$RAW" "$OUT" model="$MODEL" versions="$VERSIONS" servers="$SERVERS" arrivals="$ARRIVALS" \
-  slo="$SLO" low_rate="$LOW_RATE" step="$STEP" warmup="$WARMUP" search_steps="$SEARCH_STEPS" search_resolution="$SEARCH_RESOLUTION" min_requests="$MIN_REQUESTS" \
+  slo="$SLO" low_rate="$LOW_RATE" step="$STEP" warmup="$WARMUP" search_steps="$SEARCH_STEPS" search_resolution="$SEARCH_RESOLUTION" min_requests="$MIN_REQUESTS" search_confirm="$SEARCH_CONFIRM" \
   server_core="$SCORE" generator_core="$GCORE" min_cosine="$MIN_COSINE"
 log "wrote $OUT/peers.md and $OUT/peers.json"

@@ -80,6 +80,7 @@ func benchFlags(c *benchConfig) *flag.FlagSet {
 	fs.StringVar(&c.SLO, "slo", "", "service level, as p95=150ms,rps=600 (rps optional)")
 	fs.Float64Var(&o.Search.Start, "search-start", 0, "rate the SLO search starts at; 0: a quarter of the offline limit, or 16")
 	fs.IntVar(&o.Search.MaxSteps, "search-steps", o.Search.MaxSteps, "most steps the SLO search spends on a version")
+	fs.IntVar(&o.Search.Confirm, "search-confirm", 0, "measure a step that fails the SLO (but is not saturated) again up to this many times before its rate counts as failed; retries are extra to --search-steps")
 	fs.Float64Var(&o.Search.Resolution, "search-resolution", o.Search.Resolution, "the SLO search stops bisecting when its bracket is within this fraction of the rate")
 	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "load applied before each step's measured window")
 	fs.DurationVar(&o.Step, "step", o.Step, "measured window of each step")

@@ -144,6 +144,14 @@ def step_text(meta):
     return f"{meta['step']} steps"
 
 
+def confirm_text(meta):
+    """How often a failed search step was measured again (--search-confirm) before its rate failed."""
+    n = int(meta.get('search_confirm') or 0)
+    if n > 0:
+        return f", a failed step that was not saturated measured again up to {n}× before its rate failed (`--search-confirm {n}`)"
+    return ""
+
+
 def table(raw, out, kv):
     meta = dict(a.split("=", 1) for a in kv)
     versions, servers, arrivals = meta["versions"].split(), meta["servers"].split(), meta["arrivals"].split()
@@ -202,7 +210,7 @@ def table(raw, out, kv):
              f"- **Protocol:** each server alone, pinned with `taskset -c {meta['server_core']}`; the load generator "
              f"(`server bench`, built-in texts, one text a request) pinned to core {meta['generator_core']}; "
              f"search for the highest rate with p95 ≤ {p95} (`--slo {slo}`), {step_text(meta)} after {meta['warmup']} "
-             f"of warm-up, at most {meta['search_steps']} steps a search, bisecting to within {float(meta.get('search_resolution', 0.1)):.0%}; then {low} rps, constant arrivals.",
+             f"of warm-up, at most {meta['search_steps']} steps a search, bisecting to within {float(meta.get('search_resolution', 0.1)):.0%}{confirm_text(meta)}; then {low} rps, constant arrivals.",
              f"- **Raw limit:** `server bench --offline --offline-batches 1` on core {meta['server_core']}: one session, "
              "one intra-op thread, pre-tokenized texts, no HTTP; measured at the start, then again just before each "
              "server and after the last. Each server's ratios are to the mean of the two limits measured around it "
