@@ -162,6 +162,10 @@ func setupDiffs(before, after *Report) []string {
 	}
 	diff("arrivals", before.Load.Arrival, after.Load.Arrival)
 	diff("inputs per request", inputsText(before.Load.Inputs), inputsText(after.Load.Inputs))
+	// Both move a search's best rate: longer steps steady the p95, a confirmed failure
+	// gives a rate a second window.
+	diff("least requests per step (--min-requests)", fmt.Sprint(before.Load.MinRequests), fmt.Sprint(after.Load.MinRequests))
+	diff("windows more a failed search step gets (--search-confirm)", fmt.Sprint(before.Load.Confirm), fmt.Sprint(after.Load.Confirm))
 	diff("workloads", workloadText(before.Workload), workloadText(after.Workload))
 	diff("SLOs", sloText(before.SLO), sloText(after.SLO))
 	diff("hosts", hostText(before.Host), hostText(after.Host))

@@ -88,12 +88,15 @@ func TestCompare(t *testing.T) {
 			name: "setup differs",
 			after: func(r *Report) {
 				r.Load.Inputs = 16
+				r.Load.MinRequests, r.Load.Confirm = 1000, 1
 				r.SLO.P95 = 100 * 1e6
 				r.Route = "/embed"
 			},
 			want: []string{
 				"! routes differ: /predict → /embed",
 				"! inputs per request differ: 8 texts per request → 16 texts per request",
+				"! least requests per step (--min-requests) differ: 0 → 1000",
+				"! windows more a failed search step gets (--search-confirm) differ: 0 → 1",
 				"! SLOs differ: p95 ≤ 50 ms at ≥ 600 req/s → p95 ≤ 100 ms at ≥ 600 req/s",
 			},
 		},
