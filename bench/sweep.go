@@ -286,19 +286,18 @@ type search struct {
 	Search
 	lo, hi, rate float64
 	steps        int
-	tries        int  // windows after the first at the current rate
-	again        bool // the next step measures the current rate again
+	tries        int // windows after the first at the current rate: above 0, the next step is a retry
 	done         bool
 }
 
 func (s *search) next() (StepSpec, bool) {
-	if s.done || s.rate < 1 || (s.steps >= s.MaxSteps && !s.again) {
+	retry := s.tries > 0
+	if s.done || s.rate < 1 || (s.steps >= s.MaxSteps && !retry) {
 		return StepSpec{}, false
 	}
-	if !s.again {
+	if !retry {
 		s.steps++
 	}
-	s.again = false
 	spec := s.base
 	spec.Rate = math.Round(s.rate*10) / 10
 	return spec, true
@@ -307,7 +306,6 @@ func (s *search) next() (StepSpec, bool) {
 func (s *search) saw(st Step) {
 	if st.Pass != nil && !*st.Pass && s.tries < s.Confirm && !saturated(st) {
 		s.tries++
-		s.again = true
 		return
 	}
 	s.tries = 0
