@@ -8,14 +8,16 @@ transformers' eager BertModel gave before (build.py checks each against the comm
 files made with torch): inputs input_ids, attention_mask, token_type_ids int64 [batch, sequence]
 with both axes dynamic; one float32 output; the same operators in the same order, so that
 onnxruntime fuses them as it fused the export (FusedMatMul for Q·Kᵀ/√d, BiasGelu), and the
-same names for the tensors layouts.py's odd-outputs graph exposes.
+same names for the tensors layouts.py's odd-outputs graph exposes. One departure: the position
+ids (below), whose shape inference lets onnxruntime also fuse each residual Add with its
+LayerNormalization (SkipLayerNormalization), which Range-based ids did not allow.
 
 Per layer: Q, K, V = x·Wᵀ + b, each reshaped to [batch, sequence, heads, head_size]
 (Reshape [0, 0, heads, head_size]: the batch and sequence axes are copied) and transposed;
 scores = Q·Kᵀ / √head_size + mask, where mask = (1 - attention_mask) · float32 min, added per key;
 Softmax; ·V; back to [batch, sequence, hidden]; dense; LayerNormalization(residual); GELU(erf) as
 x·(1 + erf(x/√2))·0.5 (Div, Erf, Add, Mul, Mul); dense; LayerNormalization(residual).
-Embeddings: word + token type + position (Gather of Range(0, sequence)), LayerNormalization. epsilon from config.json (layer_norm_eps).
+Embeddings: word + token type + position (Gather of CumSum(ones [batch, sequence]) - 1), LayerNormalization. epsilon from config.json (layer_norm_eps).
 """
 import json
 from pathlib import Path
@@ -94,9 +96,16 @@ def _encoder(g, cfg, w, hidden_output, packing=False):
                  f"{e}/token_type_embeddings/Gather")
     x = g.op("Add", [words, types], f"{e}/Add")
     # position ids 0..sequence-1 looked up with Gather, as the export's (a Gather on a weight table
-    # is what quantize_dynamic quantizes, so int8 treats all three tables alike)
-    seq = g.op("Gather", [g.op("Shape", ["input_ids"], f"{e}/Shape"), g.const(1, np.int64)], f"{e}/Gather", axis=0)
-    ids = g.op("Range", [g.const(0, np.int64), seq, g.const(1, np.int64)], f"{e}/Range")
+    # is what quantize_dynamic quantizes, so int8 treats all three tables alike). They are a
+    # running count of ones shaped like input_ids, less one, rather than the export's
+    # Range(0, sequence): shape inference then carries [batch, sequence] through every layer,
+    # where a Range's length is unknown and the residual Adds' two inputs end up with different
+    # unknown sequence axes. onnxruntime fuses a residual Add and its LayerNormalization into
+    # SkipLayerNormalization only when both inputs have the same shape, and its
+    # LayerNormalization kernel costs 4 times SkipLayerNormalization's on CPU (docs/performance.md,
+    # "LayerNormalization fused").
+    ones = g.op("Cast", [g.op("Equal", ["input_ids", "input_ids"], f"{e}/Equal")], f"{e}/Cast", to=TensorProto.INT64)
+    ids = g.op("Sub", [g.op("CumSum", [ones, g.const(1, np.int64)], f"{e}/CumSum"), g.const(1, np.int64)], f"{e}/Sub")
     if packing:
         # Packed rows: attention_mask numbers the texts of a row (1, 1, 2, 2, 2, 3, ...). A token
         # attends to the tokens of its own text only, and positions restart at each text's first

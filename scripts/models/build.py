@@ -162,6 +162,29 @@ def check_io(path, output, out_rank):
         die(f"{path}: outputs are {list(outs)}, want float32 {output} of rank {out_rank}")
 
 
+def check_fused(path):
+    """Dies unless onnxruntime, optimizing the graph for the CPU, fused every LayerNormalization
+    with its residual Add into SkipLayerNormalization (bertonnx.py, the position ids): its
+    LayerNormalization kernel costs about 4 times as much (docs/performance.md,
+    "LayerNormalization fused"), so a graph change that stops the fusion would slow every run
+    without failing anything else."""
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+        ops = [n.op_type for n in onnx.load(so.optimized_model_filepath, load_external_data=False).graph.node]
+    left = ops.count("LayerNormalization")
+    if left or "SkipLayerNormalization" not in ops:
+        die(f"{path}: onnxruntime left {left} LayerNormalization unfused ({ops.count('SkipLayerNormalization')} "
+            "SkipLayerNormalization): do the residual Adds' inputs still infer the same [batch, sequence, hidden] shape?")
+
+
 def try_cpu(path):
     """(session, None) when the CPU execution provider can load and run the graph."""
     try:
@@ -363,6 +386,11 @@ def main():
     with T("reranker fp32.onnx vs its numpy model"):
         rerank_vs_numpy = reranker_vs_numpy(berttrain.Bert(cfg, rweights), ort_session(rdir / "fp32.onnx"),
                                             rtok, reference.RERANK_QUERIES, reference.RERANK_PASSAGES)
+    with T("fused LayerNormalization (fp32, int8, int8-static)"):
+        for d in (mdir, sdir, rdir):
+            for v in ("fp32", "int8", "int8-static"):
+                if (d / f"{v}.onnx").exists():
+                    check_fused(d / f"{v}.onnx")
     with T("layouts"):
         lay = layouts.build(out, src, LABELS, MAX_LENGTH, rweights)
 
