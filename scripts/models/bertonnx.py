@@ -100,10 +100,10 @@ def _encoder(g, cfg, w, hidden_output, packing=False):
     # running count of ones shaped like input_ids, less one, rather than the export's
     # Range(0, sequence): shape inference then carries [batch, sequence] through every layer,
     # where a Range's length is unknown and the residual Adds' two inputs end up with different
-    # unknown sequence axes. onnxruntime fuses a residual Add and its LayerNormalization into
-    # SkipLayerNormalization only when both inputs have the same shape, and its
-    # LayerNormalization kernel costs 4 times SkipLayerNormalization's on CPU (docs/performance.md,
-    # "LayerNormalization fused").
+    # unknown sequence axes. onnxruntime's SkipLayerNormFusion checks those two shapes: it fused
+    # none of fp32's 13 LayerNormalizations with the Range, all 13 with these ids (build.py's
+    # check_fused holds it to that), and its LayerNormalization kernel costs 4 times
+    # SkipLayerNormalization's on CPU (docs/performance.md, "LayerNormalization fused").
     ones = g.op("Cast", [g.op("Equal", ["input_ids", "input_ids"], f"{e}/Equal")], f"{e}/Cast", to=TensorProto.INT64)
     ids = g.op("Sub", [g.op("CumSum", [ones, g.const(1, np.int64)], f"{e}/CumSum"), g.const(1, np.int64)], f"{e}/Sub")
     if packing:
