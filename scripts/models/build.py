@@ -171,14 +171,11 @@ def check_fused(path):
     import tempfile
 
     import onnx
-    import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-        ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
-        ops = [n.op_type for n in onnx.load(so.optimized_model_filepath, load_external_data=False).graph.node]
+        optimized = Path(tmp) / "optimized.onnx"
+        ort_session(path, optimized=optimized)
+        ops = [n.op_type for n in onnx.load(str(optimized), load_external_data=False).graph.node]
     left = ops.count("LayerNormalization")
     if left or "SkipLayerNormalization" not in ops:
         die(f"{path}: onnxruntime left {left} LayerNormalization unfused ({ops.count('SkipLayerNormalization')} "

@@ -67,13 +67,17 @@ def read_split(data_dir, name):
     return texts, y
 
 
-def ort_session(path, providers=("CPUExecutionProvider",), threads=THREADS):
+def ort_session(path, providers=("CPUExecutionProvider",), threads=THREADS, optimized=None):
+    """An onnxruntime session on path; optimized: where to write the graph as onnxruntime
+    optimized it for those providers."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    if optimized:
+        so.optimized_model_filepath = str(optimized)
     return ort.InferenceSession(str(path), sess_options=so, providers=list(providers))
 
 
