@@ -32,9 +32,10 @@ type BatchConfig struct {
 	// Bounds on what may wait, beyond which Execute fails with ErrQueueFull.
 	MaxQueueRequests int
 	MaxQueueTokens   int
-	// Packing runs batches packed (tokenize.Pack: the texts end to end in one row, no
-	// padding) when every session of the pool can (Packer). A packed run costs what its
-	// tokens cost, so batching pays on mixed lengths too. false: padded batches always.
+	// Packing runs batches packed (tokenize.PackRows: the texts end to end in rows, each row
+	// as wide as the cost model finds cheapest) when every session of the pool can (Packer).
+	// A packed run costs about what its tokens cost, so batching pays on mixed lengths too.
+	// false: padded batches always.
 	Packing bool
 	// Order is the order in which queued rows are served: OrderShortest ("" too) or
 	// OrderArrival.
@@ -489,7 +490,12 @@ func (b *Batcher) dispatch(batch []row) {
 	}
 	var padded tokenize.Batch
 	if b.pack {
-		padded = tokenize.Pack(encs)
+		lens := make([]int, len(encs))
+		for i, e := range encs {
+			lens[i] = e.Len()
+		}
+		layout, _, _ := packRows(lens, b.cost.Predict)
+		padded = tokenize.PackRows(encs, layout)
 	} else {
 		padded = tokenize.Pad(encs)
 	}
@@ -513,7 +519,7 @@ func (b *Batcher) dispatch(batch []row) {
 		var rows []Tensor
 		switch {
 		case err == nil && padded.Packed:
-			rows = out.Segments(padded.Lengths)
+			rows = out.Segments(padded.Starts, padded.Lengths)
 		case err == nil:
 			rows = out.Rows()
 		}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -255,8 +256,8 @@ type CostPoint struct {
 }
 
 // Curve is the model's prediction at every rows × tokens given, for /info and metrics:
-// rows padded rows of tokens each or, packed, rows texts of tokens each end to end in one
-// row.
+// rows padded rows of tokens each or, packed, rows texts of tokens each end to end, laid out
+// as packRows would lay them out.
 func (m *CostModel) Curve(rows, tokens []int, packed bool) []CostPoint {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -269,7 +270,8 @@ func (m *CostModel) Curve(rows, tokens []int, packed bool) []CostPoint {
 		for _, r := range rows {
 			d := m.predict(r, t).Seconds()
 			if packed {
-				d = m.predict(1, r*t).Seconds()
+				_, _, pd := packRows(slices.Repeat([]int{t}, r), m.predict)
+				d = pd.Seconds()
 			}
 			p := CostPoint{Rows: r, Tokens: t, Ms: round3(d * 1e3)}
 			if d > 0 {

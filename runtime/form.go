@@ -166,13 +166,13 @@ func (b *Batcher) packLimit() int {
 	return MaxPackTokens
 }
 
-// formPacked takes the next packed batch (tokenize.Pack): rows in the order they are served
-// (served, from order), skipping other requests' whole-batch rows, up to MaxBatchSize rows,
-// packLimit tokens, the controller's batch budget and a fair share of the queue when several
-// sessions are free. A packed batch pads nothing, so which rows go together does not change
-// its cost, only how many tokens it holds: of the nested candidates it takes the one with the
-// highest predicted speed-up, Σ cost(1, len) / cost(1, Σ len), or a smaller one within
-// speedupSlack of it.
+// formPacked takes the next packed batch (tokenize.Pack, PackRows): rows in the order they
+// are served (served, from order), skipping other requests' whole-batch rows, up to
+// MaxBatchSize rows, packLimit tokens, the controller's batch budget and a fair share of the
+// queue when several sessions are free. A packed batch pads little, so which rows go
+// together barely changes its cost, only how many tokens it holds and how packRows lays them
+// out: of the nested candidates it takes the one with the highest predicted speed-up,
+// Σ cost(1, len) / cost(packRows' layout), or a smaller one within speedupSlack of it.
 func (b *Batcher) formPacked(served []int) []row {
 	q := b.queue
 	limit := min(b.cfg.MaxBatchSize, (len(q)+b.free-1)/b.free)
@@ -183,7 +183,8 @@ func (b *Batcher) formPacked(served []int) []row {
 	known := b.cost.Observations() > 0
 	// The candidates are the first len(gains) rows of take.
 	take := []int{served[0]}
-	tokens, limitTokens := q[served[0]].len(), b.packLimit()
+	lens := []int{q[served[0]].len()}
+	tokens, limitTokens := lens[0], b.packLimit()
 	single := b.cost.Predict(1, tokens)
 	gains := []float64{1}
 	for _, i := range served[1:] {
@@ -195,15 +196,71 @@ func (b *Batcher) formPacked(served []int) []row {
 			continue
 		}
 		t := tokens + w.len()
-		if t > limitTokens || (runBudget > 0 && known && b.cost.Predict(1, t) > runBudget) {
+		if t > limitTokens {
 			break
 		}
-		tokens = t
+		cand := append(lens, w.len())
+		_, _, d := packRows(cand, b.cost.Predict)
+		if runBudget > 0 && known && d > runBudget {
+			break
+		}
+		tokens, lens = t, cand
 		single += b.cost.Predict(1, w.len())
 		take = append(take, i)
-		gains = append(gains, speedup(b.cost, single, 1, t, known))
+		gains = append(gains, gain(single, d, 1, known))
 	}
 	return b.takeRows(take[:choose(gains)+1])
+}
+
+// rowsMargin is how much cheaper a packed layout of more rows must be predicted than the best
+// of fewer rows to be taken: a fit's noise alone may make the cost of a row's squared length
+// (k3) a little above 0, where one row is as good.
+const rowsMargin = 0.02
+
+// packRows lays out a packed batch of texts of lens tokens: which texts go end to end in each
+// row (tokenize.PackRows), the rows' padded length, and the layout's predicted cost. One row
+// costs the fewest runs' fixed costs; attention costs the square of a row's length (the cost
+// model's k3), so past some length several shorter rows cost less, for a little padding. It
+// tries rows as wide as the longest text, then 1.5 times wider, and so on up to one row of
+// every text, filling each layout first-fit with the longest texts first, and keeps the
+// cheapest, taking several rows only where they are predicted rowsMargin cheaper than fewer.
+// With no cost observed yet (cost 0 everywhere) that is one row.
+func packRows(lens []int, cost func(rows, cols int) time.Duration) (rows [][]int, cols int, d time.Duration) {
+	total, longest := 0, 1
+	for _, l := range lens {
+		total += l
+		longest = max(longest, l)
+	}
+	all := make([]int, len(lens))
+	for i := range all {
+		all[i] = i
+	}
+	rows, cols = [][]int{all}, max(total, 1)
+	d = cost(1, cols)
+	if len(lens) < 2 {
+		return rows, cols, d
+	}
+	order := slices.Clone(all)
+	slices.SortStableFunc(order, func(a, c int) int { return lens[c] - lens[a] })
+	for width := longest; width < total; width = max(width+1, width*3/2) {
+		var r [][]int
+		var fill []int
+		for _, i := range order {
+			k := slices.IndexFunc(fill, func(f int) bool { return f+lens[i] <= width })
+			if k < 0 {
+				r, fill, k = append(r, nil), append(fill, 0), len(fill)
+			}
+			r[k], fill[k] = append(r[k], i), fill[k]+lens[i]
+		}
+		if len(r) == 1 {
+			continue
+		}
+		c := slices.Max(fill)
+		if rd := cost(len(r), c); float64(rd) < (1-rowsMargin)*float64(d) {
+			rows, cols, d = r, c, rd
+		}
+	}
+	return rows, cols, d
 }
 
 // takeRows takes the queue's rows at idx out of it and returns them in arrival order, so
@@ -269,10 +326,15 @@ func (b *Batcher) formWhole(req *request) []row {
 }
 
 // speedup is single, the rows' predicted time one by one, over the predicted time of the
-// batch of rows × cols. Before the model has any observation every batch is taken to cost
-// the same as one row, so the largest allowed is formed.
+// batch of rows × cols.
 func speedup(m *CostModel, single time.Duration, rows, cols int, known bool) float64 {
-	d := m.Predict(rows, cols)
+	return gain(single, m.Predict(rows, cols), rows, known)
+}
+
+// gain is single over d, a batch's predicted time. Before the model has any observation
+// every batch is taken to cost the same as one row: the gain is rows, so that the largest
+// allowed is formed.
+func gain(single, d time.Duration, rows int, known bool) float64 {
 	if !known || d <= 0 || single <= 0 {
 		return float64(rows)
 	}

@@ -37,20 +37,19 @@ func (t Tensor) Rows() []Tensor {
 	return rows
 }
 
-// Segments splits a packed batch's output, of shape [1, tokens, ...] (tokenize.Pack), into
-// one tensor per encoding, of shape [lengths[i], ...]. They share t's data.
-func (t Tensor) Segments(lengths []int) []Tensor {
+// Segments splits a packed batch's output, of shape [rows, cols, ...] (tokenize.Pack,
+// tokenize.PackRows), into one tensor per encoding, of shape [lengths[i], ...], from the
+// token at starts[i] of the rows × cols, row-major. They share t's data.
+func (t Tensor) Segments(starts, lengths []int) []Tensor {
 	size := 1
 	for _, d := range t.Shape[2:] {
 		size *= int(d)
 	}
-	shape := t.Shape[1:]
 	out := make([]Tensor, len(lengths))
-	at := 0
 	for i, n := range lengths {
-		s := append([]int64{int64(n)}, shape[1:]...)
+		s := append([]int64{int64(n)}, t.Shape[2:]...)
+		at := starts[i]
 		out[i] = Tensor{Shape: s, Data: t.Data[at*size : (at+n)*size : (at+n)*size]}
-		at += n
 	}
 	return out
 }

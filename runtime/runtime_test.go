@@ -161,7 +161,7 @@ func TestTensorRows(t *testing.T) {
 func TestTensorSegments(t *testing.T) {
 	// [1, 4 tokens, 2]: texts of 1, 0 and 3 tokens end to end.
 	tt := runtime.Tensor{Shape: []int64{1, 4, 2}, Data: []float32{0, 1, 2, 3, 4, 5, 6, 7}}
-	segs := tt.Segments([]int{1, 0, 3})
+	segs := tt.Segments([]int{0, 1, 1}, []int{1, 0, 3})
 	want := []runtime.Tensor{
 		{Shape: []int64{1, 2}, Data: []float32{0, 1}},
 		{Shape: []int64{0, 2}, Data: []float32{}},
@@ -174,5 +174,12 @@ func TestTensorSegments(t *testing.T) {
 		if !slices.Equal(s.Shape, want[i].Shape) || !slices.Equal(s.Data, want[i].Data) || cap(s.Data) != len(s.Data) {
 			t.Errorf("segment %d: %+v, want %+v", i, s, want[i])
 		}
+	}
+	// [2 rows, 3 tokens, 1]: row 0 holds text 1 (2 tokens) and a padding token, row 1 text 0.
+	tt = runtime.Tensor{Shape: []int64{2, 3, 1}, Data: []float32{0, 1, 2, 3, 4, 5}}
+	segs = tt.Segments([]int{3, 0}, []int{3, 2})
+	if len(segs) != 2 || !slices.Equal(segs[0].Data, []float32{3, 4, 5}) || !slices.Equal(segs[1].Data, []float32{0, 1}) ||
+		!slices.Equal(segs[0].Shape, []int64{3, 1}) || !slices.Equal(segs[1].Shape, []int64{2, 1}) {
+		t.Errorf("segments of two rows: %+v", segs)
 	}
 }

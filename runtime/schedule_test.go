@@ -133,6 +133,15 @@ func queueBehindBusy(t *testing.T, b *runtime.Batcher, obs *countingObserver, le
 	return fmt.Sprint(obs.batches[1:])
 }
 
+// eachRow is a packed layout of n texts, each in a row of its own.
+func eachRow(n int) [][]int {
+	rows := make([][]int, n)
+	for i := range rows {
+		rows[i] = []int{i}
+	}
+	return rows
+}
+
 func repeat(n, v int) []int {
 	out := make([]int, n)
 	for i := range out {
@@ -570,11 +579,20 @@ func packedCost(fixed, perToken time.Duration) func(rows, cols int) time.Duratio
 	return func(rows, cols int) time.Duration { return fixed + perToken*time.Duration(rows*cols) }
 }
 
-// On a pool that packs, queued rows run end to end in one row with no padding, as many as
-// the learned curve says pay: all the limits allow where a run costs the same whatever its
-// length (a GPU), one at a time where a run has no fixed cost to amortize, and on a CPU with
-// a fixed cost, rows of any lengths together, never past MaxPackTokens. Each request gets
-// its own text's outputs back.
+// attentionCost is packedCost plus attention's cost, perToken2 × a row's length squared for
+// each row: one long row costs more than several short ones holding the same tokens.
+func attentionCost(fixed, perToken, perToken2 time.Duration) func(rows, cols int) time.Duration {
+	return func(rows, cols int) time.Duration {
+		return fixed + perToken*time.Duration(rows*cols) + perToken2*time.Duration(rows*cols*cols)
+	}
+}
+
+// On a pool that packs, queued rows run end to end with no padding, as many as the learned
+// curve says pay: all the limits allow where a run costs the same whatever its length (a
+// GPU), one at a time where a run has no fixed cost to amortize, and on a CPU with a fixed
+// cost, rows of any lengths together, never past MaxPackTokens, in one row unless attention
+// makes a long row dearer than several short ones. Each request gets its own text's outputs
+// back.
 func TestBatcherPacks(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -582,23 +600,30 @@ func TestBatcherPacks(t *testing.T) {
 		lengths []int
 		want    string // rows of each batch formed from the queued rows
 		order   runtime.Order
+		cols    int // the padded length of every packed batch's rows; 0: each batch one row
 	}{
-		{"gpu: flat cost, all at once", packedCost(5*time.Millisecond, 0), repeat(16, 16), "[16]", ""},
-		{"gpu: flat cost, up to MaxPackTokens", packedCost(5*time.Millisecond, 0), repeat(16, 48), "[10 6]", ""},
-		{"no fixed cost: one at a time", packedCost(0, 100*time.Microsecond), repeat(4, 16), "[1 1 1 1]", ""},
+		{"gpu: flat cost, all at once", packedCost(5*time.Millisecond, 0), repeat(16, 16), "[16]", "", 0},
+		{"gpu: flat cost, up to MaxPackTokens", packedCost(5*time.Millisecond, 0), repeat(16, 48), "[10 6]", "", 0},
+		{"no fixed cost: one at a time", packedCost(0, 100*time.Microsecond), repeat(4, 16), "[1 1 1 1]", "", 0},
 		// 3 ms + 0.1 ms a token. Of the 16 queued rows (8, 64, 8 and 8 tokens, four times),
 		// served shortest first, the 12 short ones packed give the best speed-up (96 tokens:
 		// 12.6 ms against 45.6 run one by one, 3.62); the fewest rows within 5% of it are 10
 		// (11 ms against 38, 3.45). Then the 2 short rows left (1.65, where adding a long row
 		// gives 1.55), and the 4 long ones as 3 (1.27, within 5% of 4's 1.31) and 1.
 		{"cpu with a fixed cost: shortest first, packed", packedCost(3*time.Millisecond, 100*time.Microsecond),
-			[]int{8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8}, "[10 2 3 1]", ""},
+			[]int{8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8}, "[10 2 3 1]", "", 0},
 		// Served in arrival order, rows of any lengths share a run: 13 packed (272 tokens:
 		// 30.2 ms, against 66.2 ms one by one) give the best speed-up, 2.19; the fewest rows
 		// within 5% of it are 9 (184 tokens: 21.4 ms against 45.4, 2.12). The other 7 go
 		// together.
 		{"cpu with a fixed cost, arrival order: mixed lengths together", packedCost(3*time.Millisecond, 100*time.Microsecond),
-			[]int{8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8}, "[9 7]", runtime.OrderArrival},
+			[]int{8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8, 8, 64, 8, 8}, "[9 7]", runtime.OrderArrival, 0},
+		// 3 ms + 0.1 ms a token + 1 µs a token² of a row. n texts of 16 tokens cost
+		// 3 + 1.856n ms as n rows, the cheapest layout (one row: 3 + 1.6n + 0.256n²), against
+		// 4.856n one by one: the speed-up grows to 2.38 at 16; the fewest within 5% of it
+		// are 11 (2.26). In one row the best would have been 3 or 4 texts (1.44).
+		{"cpu with attention: several rows", attentionCost(3*time.Millisecond, 100*time.Microsecond, time.Microsecond),
+			repeat(16, 16), "[11 5]", "", 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -607,6 +632,9 @@ func TestBatcherPacks(t *testing.T) {
 				var grid []tokenize.Batch
 				for cols := 8; cols <= runtime.MaxPackTokens; cols *= 2 {
 					grid = append(grid, tokenize.Pack([]tokenize.Encoding{enc(0, cols)}))
+				}
+				for _, rows := range []int{2, 4, 8} { // as serve calibrates a packing pool
+					grid = append(grid, tokenize.PackRows(slices.Repeat([]tokenize.Encoding{enc(0, 32)}, rows), eachRow(rows)))
 				}
 				if err := pool.Calibrate(t.Context(), grid, time.Hour); err != nil {
 					t.Fatal(err)
@@ -636,8 +664,8 @@ func TestBatcherPacks(t *testing.T) {
 				if got != tc.want {
 					t.Errorf("batches %s, want %s (shapes %v)", got, tc.want, f.shapes[1:])
 				}
-				for _, sh := range f.shapes {
-					if sh[0] != 1 || sh[1] > runtime.MaxPackTokens {
+				for i, sh := range f.shapes { // the first keeps the session busy
+					if tc.cols == 0 && sh[0] != 1 || i > 0 && tc.cols > 0 && sh[1] != tc.cols || sh[0]*sh[1] > runtime.MaxPackTokens {
 						t.Errorf("a packed batch of %d×%d", sh[0], sh[1])
 					}
 				}

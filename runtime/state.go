@@ -8,8 +8,8 @@ type SchedulerState struct {
 	Policy   string `json:"policy"` // "work-conserving" or "window 5ms"
 	MaxBatch int    `json:"max_batch"`
 	Order    Order  `json:"order"` // the order queued rows are served in
-	// Packed is true when batches run packed (tokenize.Pack); the curve is then the cost of
-	// rows texts of tokens each, end to end in one row.
+	// Packed is true when batches run packed (tokenize.PackRows); the curve is then the cost
+	// of rows texts of tokens each, end to end in the rows the batcher would lay them out in.
 	Packed bool `json:"packed"`
 	// Cost is the learned cost model: its observations, coefficients (milliseconds; c in
 	// units of 64 tokens) and the curve it predicts.

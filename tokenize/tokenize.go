@@ -85,18 +85,21 @@ type Tokenizer interface {
 }
 
 // Batch is a group of encodings in row-major order, what a runtime.Runner consumes: either
-// padded (Pad), Rows × Cols padded with zeros to the longest row, or packed (Pack), one row
-// of every encoding's tokens end to end.
+// padded (Pad), Rows × Cols padded with zeros to the longest row, or packed (Pack, PackRows),
+// rows of several encodings' tokens end to end, padded with zeros to the fullest row.
 type Batch struct {
 	Rows, Cols    int
 	InputIDs      []int64
 	AttentionMask []int64
 	TypeIDs       []int64
-	// Lengths are the unpadded lengths of each row or, packed, of each encoding in the row.
+	// Lengths are the unpadded lengths of each row or, packed, of each encoding.
 	Lengths []int
-	// Packed is true for Pack's batches: the attention mask numbers the encodings 1, 2, …
-	// instead of marking tokens with 1 and padding with 0.
+	// Packed is true for Pack's and PackRows' batches: in each row the attention mask numbers
+	// the encodings 1, 2, … instead of marking tokens with 1, and padding with 0 either way.
 	Packed bool
+	// Starts are, packed, where each encoding's first token is in the batch's Rows × Cols
+	// tokens, row-major; Lengths[i] tokens from Starts[i] are encoding i's.
+	Starts []int
 }
 
 // Tokens is the number of real (unpadded) tokens in the batch.
@@ -144,30 +147,51 @@ func Pad(encs []Encoding) Batch {
 // encoding's tokens only and restarts positions at each encoding, so every encoding's outputs
 // are what it gets alone, for one run's fixed cost and no padding.
 func Pack(encs []Encoding) Batch {
-	cols := 0
-	for _, e := range encs {
-		cols += e.Len()
+	row := make([]int, len(encs))
+	for i := range row {
+		row[i] = i
 	}
-	cols = max(cols, 1)
-	buf := make([]int64, 3*cols)
+	return PackRows(encs, [][]int{row})
+}
+
+// PackRows packs encodings into several rows, as Pack packs them into one: rows[r] lists the
+// indices of the encodings that go end to end in row r, and every index appears once. Cols is
+// the fullest row's length (at least 1); shorter rows are padded with zeros. The mask numbers
+// each row's encodings from 1, so that a row's attention, which costs the square of its
+// length, spans its own encodings only. Lengths and Starts stay in the order of encs.
+func PackRows(encs []Encoding, rows [][]int) Batch {
+	cols := 1
+	for _, r := range rows {
+		n := 0
+		for _, i := range r {
+			n += encs[i].Len()
+		}
+		cols = max(cols, n)
+	}
+	n := len(rows) * cols
+	buf := make([]int64, 3*n)
 	b := Batch{
-		Rows:          1,
+		Rows:          len(rows),
 		Cols:          cols,
-		InputIDs:      buf[:cols:cols],
-		AttentionMask: buf[cols : 2*cols : 2*cols],
-		TypeIDs:       buf[2*cols:],
+		InputIDs:      buf[:n:n],
+		AttentionMask: buf[n : 2*n : 2*n],
+		TypeIDs:       buf[2*n:],
 		Lengths:       make([]int, len(encs)),
 		Packed:        true,
+		Starts:        make([]int, len(encs)),
 	}
-	at := 0
-	for i, e := range encs {
-		copy(b.InputIDs[at:], e.IDs)
-		copy(b.TypeIDs[at:], e.TypeIDs)
-		for j := range e.IDs {
-			b.AttentionMask[at+j] = int64(i + 1)
+	for r, row := range rows {
+		at := r * cols
+		for k, i := range row {
+			e := encs[i]
+			copy(b.InputIDs[at:], e.IDs)
+			copy(b.TypeIDs[at:], e.TypeIDs)
+			for j := range e.IDs {
+				b.AttentionMask[at+j] = int64(k + 1)
+			}
+			b.Starts[i], b.Lengths[i] = at, e.Len()
+			at += e.Len()
 		}
-		at += e.Len()
-		b.Lengths[i] = e.Len()
 	}
 	return b
 }

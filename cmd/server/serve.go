@@ -223,8 +223,10 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 // calibrationBatches are the shapes a version's cost model is seeded with, cheapest first:
 // batches of 1, 2, 4, … up to most rows, at two lengths, so that the fit sees both what rows
 // and what padding cost; packed, one row of 16, 32, … up to runtime.MaxPackTokens tokens,
-// the only shape packed batches have. Pool.Calibrate stops at its budget, so a slow device
-// measures the small shapes and learns the large ones from the batches it serves.
+// and 2, 4 and 8 rows of 32 and 64, so that the fit tells a row's attention, the square of
+// its length, from the cost of another row (packed batches may run as several rows). The mask's
+// values do not change what a shape costs. Pool.Calibrate stops at its budget, so a slow
+// device measures the small shapes and learns the large ones from the batches it serves.
 func calibrationBatches(most int, packed bool) []tokenize.Batch {
 	type shape struct{ rows, cols int }
 	var shapes []shape
@@ -232,6 +234,11 @@ func calibrationBatches(most int, packed bool) []tokenize.Batch {
 	case packed:
 		for cols := 16; cols <= runtime.MaxPackTokens; cols *= 2 {
 			shapes = append(shapes, shape{1, cols})
+		}
+		for _, cols := range []int{32, 64} {
+			for rows := 2; rows <= min(8, most); rows *= 2 {
+				shapes = append(shapes, shape{rows, cols})
+			}
 		}
 	default:
 		for _, cols := range []int{16, 48} {

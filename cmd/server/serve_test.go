@@ -58,8 +58,11 @@ func TestCalibrationBatches(t *testing.T) {
 	if got, want := shapes(calibrationBatches(4, false)), "1x16 2x16 1x48 4x16 2x48 4x48"; got != want {
 		t.Errorf("padded: %s, want %s", got, want)
 	}
-	if got, want := shapes(calibrationBatches(32, true)), "1x16 1x32 1x64 1x128 1x256 1x512"; got != want {
+	if got, want := shapes(calibrationBatches(32, true)), "1x16 1x32 1x64 2x32 1x128 4x32 2x64 1x256 8x32 4x64 1x512 8x64"; got != want {
 		t.Errorf("packed: %s, want %s", got, want)
+	}
+	if got, want := shapes(calibrationBatches(4, true)), "1x16 1x32 1x64 2x32 1x128 4x32 2x64 1x256 4x64 1x512"; got != want {
+		t.Errorf("packed, at most 4 rows: %s, want %s", got, want)
 	}
 }
 

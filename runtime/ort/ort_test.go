@@ -375,37 +375,41 @@ func TestSessionPacks(t *testing.T) {
 			if !tt.packs || tt.minCos == 0 {
 				return
 			}
-			b := tokenize.Pack(encs)
-			out, err := s.Run(t.Context(), b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out.Shape[0] != 1 || out.Shape[1] != int64(b.Cols) {
-				t.Fatalf("packed output %v, want [1 %d 384]", out.Shape, b.Cols)
-			}
-			for i, seg := range out.Segments(b.Lengths) {
-				alone, err := s.Run(t.Context(), tokenize.Pad(encs[i:i+1]))
+			// One row, and two rows of unequal lengths (text 3 first in its row, text 1 alone in
+			// the longer one), as the batcher's packRows lays them out.
+			for _, layout := range [][][]int{{{0, 1, 2, 3}}, {{3, 0, 2}, {1}}} {
+				b := tokenize.PackRows(encs, layout)
+				out, err := s.Run(t.Context(), b)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var diff, dot, na, nb float64
-				hidden := 384
-				mean := func(d []float32, j int) float64 {
-					var m float64
-					for tok := range lengths[i] {
-						m += float64(d[tok*hidden+j])
+				if out.Shape[0] != int64(len(layout)) || out.Shape[1] != int64(b.Cols) {
+					t.Fatalf("packed output %v, want [%d %d 384]", out.Shape, len(layout), b.Cols)
+				}
+				for i, seg := range out.Segments(b.Starts, b.Lengths) {
+					alone, err := s.Run(t.Context(), tokenize.Pad(encs[i:i+1]))
+					if err != nil {
+						t.Fatal(err)
 					}
-					return m
-				}
-				for j, x := range alone.Data {
-					diff = max(diff, math.Abs(float64(x-seg.Data[j])))
-				}
-				for j := range hidden {
-					a, p := mean(alone.Data, j), mean(seg.Data, j)
-					dot, na, nb = dot+a*p, na+a*a, nb+p*p
-				}
-				if c := dot / math.Sqrt(na*nb); diff > tt.maxDiff || c < tt.minCos {
-					t.Errorf("text %d (%d tokens): packed vs alone: max |diff| %.3g (want ≤ %g), cosine %.7f (want ≥ %g)", i, lengths[i], diff, tt.maxDiff, c, tt.minCos)
+					var diff, dot, na, nb float64
+					hidden := 384
+					mean := func(d []float32, j int) float64 {
+						var m float64
+						for tok := range lengths[i] {
+							m += float64(d[tok*hidden+j])
+						}
+						return m
+					}
+					for j, x := range alone.Data {
+						diff = max(diff, math.Abs(float64(x-seg.Data[j])))
+					}
+					for j := range hidden {
+						a, p := mean(alone.Data, j), mean(seg.Data, j)
+						dot, na, nb = dot+a*p, na+a*a, nb+p*p
+					}
+					if c := dot / math.Sqrt(na*nb); diff > tt.maxDiff || c < tt.minCos {
+						t.Errorf("layout %v, text %d (%d tokens): packed vs alone: max |diff| %.3g (want ≤ %g), cosine %.7f (want ≥ %g)", layout, i, lengths[i], diff, tt.maxDiff, c, tt.minCos)
+					}
 				}
 			}
 		})
