@@ -212,19 +212,20 @@ func (b *Batcher) formPacked(served []int) []row {
 	return b.takeRows(take[:choose(gains)+1])
 }
 
-// rowsMargin is how much cheaper a packed layout of more rows must be predicted than the best
-// of fewer rows to be taken: a fit's noise alone may make the cost of a row's squared length
-// (k3) a little above 0, where one row is as good.
+// rowsMargin is how much cheaper a packed layout must be predicted than one of fewer rows to
+// be taken instead: a fit's noise alone may make the cost of a row's squared length (k3) a
+// little above 0, where fewer rows are as good.
 const rowsMargin = 0.02
 
 // packRows lays out a packed batch of texts of lens tokens: which texts go end to end in each
-// row (tokenize.PackRows), the rows' padded length, and the layout's predicted cost. One row
-// costs the fewest runs' fixed costs; attention costs the square of a row's length (the cost
-// model's k3), so past some length several shorter rows cost less, for a little padding. It
+// row (tokenize.PackRows), the rows' padded length, and the layout's predicted cost. Each
+// row adds the cost model's per-row term (k1) and attention costs the square of a row's length
+// (k3), so past some length several shorter rows cost less, padding included, than one. It
 // tries rows as wide as the longest text, then 1.5 times wider, and so on up to one row of
-// every text, filling each layout first-fit with the longest texts first, and keeps the
-// cheapest, taking several rows only where they are predicted rowsMargin cheaper than fewer.
-// With no cost observed yet (cost 0 everywhere) that is one row.
+// every text, filling each layout first-fit with the longest texts first. Of those it takes
+// the one with the fewest rows within rowsMargin of the cheapest: several rows only where
+// they are predicted rowsMargin cheaper than fewer. With no cost observed yet (cost 0
+// everywhere) that is one row.
 func packRows(lens []int, cost func(rows, cols int) time.Duration) (rows [][]int, cols int, d time.Duration) {
 	total, longest := 0, 1
 	for _, l := range lens {
@@ -235,32 +236,42 @@ func packRows(lens []int, cost func(rows, cols int) time.Duration) (rows [][]int
 	for i := range all {
 		all[i] = i
 	}
-	rows, cols = [][]int{all}, max(total, 1)
-	d = cost(1, cols)
-	if len(lens) < 2 {
-		return rows, cols, d
+	type layout struct {
+		rows [][]int
+		cols int
+		d    time.Duration
 	}
-	order := slices.Clone(all)
-	slices.SortStableFunc(order, func(a, c int) int { return lens[c] - lens[a] })
-	for width := longest; width < total; width = max(width+1, width*3/2) {
-		var r [][]int
-		var fill []int
-		for _, i := range order {
-			k := slices.IndexFunc(fill, func(f int) bool { return f+lens[i] <= width })
-			if k < 0 {
-				r, fill, k = append(r, nil), append(fill, 0), len(fill)
+	// Layouts, fewest rows first: one row, then ever narrower rows.
+	layouts := []layout{{[][]int{all}, max(total, 1), cost(1, max(total, 1))}}
+	if len(lens) > 1 {
+		order := slices.Clone(all)
+		slices.SortStableFunc(order, func(a, c int) int { return lens[c] - lens[a] })
+		var narrower []layout
+		for width := longest; width < total; width = max(width+1, width*3/2) {
+			var r [][]int
+			var fill []int
+			for _, i := range order {
+				k := slices.IndexFunc(fill, func(f int) bool { return f+lens[i] <= width })
+				if k < 0 {
+					r, fill, k = append(r, nil), append(fill, 0), len(fill)
+				}
+				r[k], fill[k] = append(r[k], i), fill[k]+lens[i]
 			}
-			r[k], fill[k] = append(r[k], i), fill[k]+lens[i]
+			if len(r) > 1 {
+				c := slices.Max(fill)
+				narrower = append(narrower, layout{r, c, cost(len(r), c)})
+			}
 		}
-		if len(r) == 1 {
-			continue
-		}
-		c := slices.Max(fill)
-		if rd := cost(len(r), c); float64(rd) < (1-rowsMargin)*float64(d) {
-			rows, cols, d = r, c, rd
+		slices.Reverse(narrower)
+		layouts = append(layouts, narrower...)
+	}
+	cheapest := slices.MinFunc(layouts, func(a, b layout) int { return cmp.Compare(a.d, b.d) }).d
+	for _, l := range layouts {
+		if (1-rowsMargin)*float64(l.d) <= float64(cheapest) {
+			return l.rows, l.cols, l.d
 		}
 	}
-	return rows, cols, d
+	return layouts[0].rows, layouts[0].cols, layouts[0].d // not reached: the cheapest qualifies
 }
 
 // takeRows takes the queue's rows at idx out of it and returns them in arrival order, so

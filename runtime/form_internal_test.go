@@ -41,6 +41,10 @@ func TestPackRows(t *testing.T) {
 			}
 			return 99 * time.Millisecond
 		}, "[[0 1]] 20"},
+		// 8 rows of 18 are the cheapest, but 4 rows of 36 are within 2% of them: the fewer rows.
+		{"within rowsMargin of the cheapest: the fewest rows", []int{18, 18, 18, 18, 18, 18, 18, 18}, func(rows, cols int) time.Duration {
+			return map[int]time.Duration{1: 100, 2: 95, 3: 90, 4: 80, 8: 79}[rows] * time.Millisecond
+		}, "[[0 1] [2 3] [4 5] [6 7]] 36"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rows, cols, d := packRows(tc.lens, tc.cost)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -301,8 +302,9 @@ func BenchmarkRunAfterIdle(b *testing.B) {
 	}
 }
 
-// BenchmarkPacking runs the same texts three ways: one run each (alone), one padded batch,
-// and one packed batch (tokenize.Pack: end to end in one row). The texts' lengths cycle
+// BenchmarkPacking runs the same texts four ways: one run each (alone), one padded batch,
+// one packed batch in one row (tokenize.Pack), and one packed batch in rows as wide as the
+// longest text (tokenize.PackRows, rowsOfLongest). The texts' lengths cycle
 // through those of short requests like bench's built-in set (p50 18 tokens, a long one of 60).
 // texts/s is the figure; docs/performance.md gives it, pinned with taskset -c 1.
 func BenchmarkPacking(b *testing.B) {
@@ -312,12 +314,12 @@ func BenchmarkPacking(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, n := range []int{1, 2, 4, 8} {
+		for _, n := range []int{1, 2, 4, 8, 16} {
 			encs := make([]tokenize.Encoding, n)
 			for i := range encs {
 				encs[i] = encoding(i, lengths[i%len(lengths)])
 			}
-			for _, mode := range []string{"alone", "padded", "packed"} {
+			for _, mode := range []string{"alone", "padded", "packed", "rows"} {
 				var runs []tokenize.Batch
 				switch mode {
 				case "alone":
@@ -328,6 +330,8 @@ func BenchmarkPacking(b *testing.B) {
 					runs = []tokenize.Batch{tokenize.Pad(encs)}
 				case "packed":
 					runs = []tokenize.Batch{tokenize.Pack(encs)}
+				case "rows":
+					runs = []tokenize.Batch{tokenize.PackRows(encs, rowsOfLongest(encs))}
 				}
 				b.Run(fmt.Sprintf("%s/texts=%d/%s", v, n, mode), func(b *testing.B) {
 					for b.Loop() {
@@ -343,6 +347,27 @@ func BenchmarkPacking(b *testing.B) {
 		}
 		s.Close()
 	}
+}
+
+// rowsOfLongest lays encodings out in packed rows as wide as the longest of them, filled
+// first-fit longest first: the narrowest layout the batcher's packRows tries.
+func rowsOfLongest(encs []tokenize.Encoding) [][]int {
+	order := make([]int, len(encs))
+	width := 1
+	for i, e := range encs {
+		order[i], width = i, max(width, e.Len())
+	}
+	slices.SortStableFunc(order, func(a, c int) int { return encs[c].Len() - encs[a].Len() })
+	var rows [][]int
+	var fill []int
+	for _, i := range order {
+		k := slices.IndexFunc(fill, func(f int) bool { return f+encs[i].Len() <= width })
+		if k < 0 {
+			rows, fill, k = append(rows, nil), append(fill, 0), len(fill)
+		}
+		rows[k], fill[k] = append(rows[k], i), fill[k]+encs[i].Len()
+	}
+	return rows
 }
 
 // minilm fp32 and int8 declare packing (bertonnx's numbered attention mask), and in fp32 a
