@@ -270,7 +270,7 @@ func (m *CostModel) Curve(rows, tokens []int, packed bool) []CostPoint {
 		for _, r := range rows {
 			d := m.predict(r, t).Seconds()
 			if packed {
-				_, _, pd := packRows(slices.Repeat([]int{t}, r), m.predict)
+				_, _, pd := packWidth(slices.Repeat([]int{t}, r), m.predict)
 				d = pd.Seconds()
 			}
 			p := CostPoint{Rows: r, Tokens: t, Ms: round3(d * 1e3)}

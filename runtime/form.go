@@ -200,7 +200,7 @@ func (b *Batcher) formPacked(served []int) []row {
 			break
 		}
 		cand := append(lens, w.len())
-		_, _, d := packRows(cand, b.cost.Predict)
+		_, _, d := packWidth(cand, b.cost.Predict)
 		if runBudget > 0 && known && d > runBudget {
 			break
 		}
@@ -218,60 +218,84 @@ func (b *Batcher) formPacked(served []int) []row {
 const rowsMargin = 0.02
 
 // packRows lays out a packed batch of texts of lens tokens: which texts go end to end in each
-// row (tokenize.PackRows), the rows' padded length, and the layout's predicted cost. Each
-// row adds the cost model's per-row term (k1) and attention costs the square of a row's length
-// (k3), so past some length several shorter rows cost less, padding included, than one. It
-// tries rows as wide as the longest text, then 1.5 times wider, and so on up to one row of
-// every text, filling each layout first-fit with the longest texts first. Of those it takes
-// the one with the fewest rows within rowsMargin of the cheapest: several rows only where
-// they are predicted rowsMargin cheaper than fewer. With no cost observed yet (cost 0
-// everywhere) that is one row.
+// row (tokenize.PackRows), the rows' padded length, and the layout's predicted cost, for the
+// row width packWidth chooses.
 func packRows(lens []int, cost func(rows, cols int) time.Duration) (rows [][]int, cols int, d time.Duration) {
+	width, order, d := packWidth(lens, cost)
+	fill, rows := firstFit(lens, order, width, nil, true)
+	return rows, max(slices.Max(fill), 1), d
+}
+
+// packWidth chooses how wide a packed batch's rows are, and predicts its cost. Each row adds
+// the cost model's per-row term (k1) and attention costs the square of a row's length (k3),
+// so past some length several shorter rows cost less, padding included, than one. It tries
+// rows as wide as the longest text, then 1.5 times wider, and so on up to one row of every
+// text, filling each first-fit with the longest texts first (order, returned for firstFit).
+// Of those it takes the one with the fewest rows within rowsMargin of the cheapest: several
+// rows only where they are predicted rowsMargin cheaper than fewer. With no cost observed yet
+// (cost 0 everywhere) that is one row. It allocates only the order and the fill it reuses: it
+// runs for every candidate batch formPacked weighs.
+func packWidth(lens []int, cost func(rows, cols int) time.Duration) (width int, order []int, d time.Duration) {
 	total, longest := 0, 1
-	for _, l := range lens {
-		total += l
-		longest = max(longest, l)
+	order = make([]int, len(lens))
+	for i, l := range lens {
+		total, longest, order[i] = total+l, max(longest, l), i
 	}
-	all := make([]int, len(lens))
-	for i := range all {
-		all[i] = i
+	total = max(total, 1)
+	width, d = total, cost(1, total) // one row
+	if len(lens) < 2 {
+		return width, order, d
 	}
-	type layout struct {
-		rows [][]int
-		cols int
-		d    time.Duration
+	slices.SortStableFunc(order, func(a, c int) int { return lens[c] - lens[a] })
+	// The layouts of several rows, narrowest (most rows) first.
+	type option struct {
+		width int
+		d     time.Duration
 	}
-	// Layouts, fewest rows first: one row, then ever narrower rows.
-	layouts := []layout{{[][]int{all}, max(total, 1), cost(1, max(total, 1))}}
-	if len(lens) > 1 {
-		order := slices.Clone(all)
-		slices.SortStableFunc(order, func(a, c int) int { return lens[c] - lens[a] })
-		var narrower []layout
-		for width := longest; width < total; width = max(width+1, width*3/2) {
-			var r [][]int
-			var fill []int
-			for _, i := range order {
-				k := slices.IndexFunc(fill, func(f int) bool { return f+lens[i] <= width })
-				if k < 0 {
-					r, fill, k = append(r, nil), append(fill, 0), len(fill)
-				}
-				r[k], fill[k] = append(r[k], i), fill[k]+lens[i]
-			}
-			if len(r) > 1 {
-				c := slices.Max(fill)
-				narrower = append(narrower, layout{r, c, cost(len(r), c)})
-			}
-		}
-		slices.Reverse(narrower)
-		layouts = append(layouts, narrower...)
-	}
-	cheapest := slices.MinFunc(layouts, func(a, b layout) int { return cmp.Compare(a.d, b.d) }).d
-	for _, l := range layouts {
-		if (1-rowsMargin)*float64(l.d) <= float64(cheapest) {
-			return l.rows, l.cols, l.d
+	var opts [16]option // widths grow 1.5× from the longest text to at most 512 tokens
+	n := 0
+	var fill []int
+	for w := longest; w < total && n < len(opts); w = max(w+1, w*3/2) {
+		fill, _ = firstFit(lens, order, w, fill, false)
+		if len(fill) > 1 {
+			opts[n] = option{w, cost(len(fill), slices.Max(fill))}
+			n++
 		}
 	}
-	return layouts[0].rows, layouts[0].cols, layouts[0].d // not reached: the cheapest qualifies
+	cheapest := d
+	for _, o := range opts[:n] {
+		cheapest = min(cheapest, o.d)
+	}
+	// From one row towards the most rows, the first within rowsMargin of the cheapest.
+	pick := option{width, d}
+	for k := n - 1; k >= 0 && (1-rowsMargin)*float64(pick.d) > float64(cheapest); k-- {
+		pick = opts[k]
+	}
+	return pick.width, order, pick.d
+}
+
+// firstFit fills rows width tokens wide with the texts of lens, in order, each into the first
+// row with room, and returns each row's tokens (reusing fill) and, if keep, its texts.
+func firstFit(lens, order []int, width int, fill []int, keep bool) ([]int, [][]int) {
+	fill = fill[:0]
+	var rows [][]int
+	for _, i := range order {
+		k := 0
+		for k < len(fill) && fill[k]+lens[i] > width {
+			k++
+		}
+		if k == len(fill) {
+			fill = append(fill, 0)
+			if keep {
+				rows = append(rows, nil)
+			}
+		}
+		fill[k] += lens[i]
+		if keep {
+			rows[k] = append(rows[k], i)
+		}
+	}
+	return fill, rows
 }
 
 // takeRows takes the queue's rows at idx out of it and returns them in arrival order, so

@@ -57,3 +57,24 @@ func TestPackRows(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPackWidth is what laying out packed batches costs formPacked at its largest: one
+// packWidth for each candidate of a batch grown to 32 texts of bench's lengths, on a cost model
+// fitted to a CPU-like curve (int8's on one core, as /info showed it).
+func BenchmarkPackWidth(b *testing.B) {
+	m := NewCostModel()
+	curve := shapeCost(0.375, 0.835, 1.73/64, 2.82/64/64)
+	for _, rows := range []int{1, 2, 4, 8} {
+		for _, cols := range []int{16, 32, 64, 128} {
+			m.Observe(rows, cols, curve(rows, cols), true)
+		}
+	}
+	lens := []int{13, 19, 9, 17, 18, 18, 20, 18, 7, 12, 20, 74, 14, 8, 15, 15, 6, 19, 23, 17, 17, 8, 14, 78, 19,
+		19, 14, 18, 22, 15, 18, 19}
+	b.ReportAllocs()
+	for b.Loop() {
+		for k := 2; k <= len(lens); k++ {
+			packWidth(lens[:k], m.Predict)
+		}
+	}
+}
