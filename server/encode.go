@@ -25,6 +25,17 @@ var bufPool = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxPooledBuf = 256 << 10
 
+// writeBody answers code with body, whole, of contentType. It says the body's length: a
+// body past net/http's 2 KiB buffer (one MiniLM vector is 4.7 KB of JSON) would otherwise go
+// chunked, without a Content-Length for clients and proxies to size it by.
+func writeBody(w http.ResponseWriter, code int, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	w.Write(body)
+}
+
 // writeEncoded answers code with the JSON body that appendJSON appends for v, and a newline,
 // as writeJSON does; when appendJSON fails (a NaN or an infinity in the output), it answers
 // writeJSON's 500. The body goes through a pooled buffer: http.ResponseWriter's Write does
@@ -33,10 +44,8 @@ func writeEncoded[T any](w http.ResponseWriter, r *http.Request, code int, v T, 
 	bp := bufPool.Get().(*[]byte)
 	b, err := appendJSON((*bp)[:0], v)
 	if err == nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
 		b = append(b, '\n')
-		w.Write(b)
+		writeBody(w, code, "application/json", b)
 	}
 	if cap(b) <= maxPooledBuf {
 		*bp = b[:0]

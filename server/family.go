@@ -56,7 +56,5 @@ func writeParamError(w http.ResponseWriter, r *http.Request, code int, kind, par
 		body = ErrorResponse{Error: msg, ErrorType: kind}
 	}
 	data, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(append(data, '\n'))
+	writeBody(w, code, "application/json", append(data, '\n'))
 }

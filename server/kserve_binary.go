@@ -223,12 +223,8 @@ func writeInferResponse(w http.ResponseWriter, r *http.Request, resp *InferRespo
 		}
 	}
 	if err == nil {
-		h := w.Header()
-		h.Set("Content-Type", "application/octet-stream")
-		h.Set(inferHeaderLength, strconv.Itoa(headLen))
-		h.Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusOK)
-		w.Write(b)
+		w.Header().Set(inferHeaderLength, strconv.Itoa(headLen))
+		writeBody(w, http.StatusOK, "application/octet-stream", b)
 	}
 	if cap(b) <= maxPooledBuf {
 		*bp = b[:0]

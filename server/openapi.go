@@ -12,6 +12,5 @@ import (
 var openAPIDoc []byte
 
 func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(openAPIDoc)
+	writeBody(w, http.StatusOK, "application/json", openAPIDoc)
 }

@@ -581,7 +581,5 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 		writeError(w, nil, http.StatusInternalServerError, "Backend", "encoding the response: "+err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(append(data, '\n'))
+	writeBody(w, code, "application/json", append(data, '\n'))
 }

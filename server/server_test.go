@@ -515,3 +515,32 @@ func TestPhaseMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestContentLength: whole bodies are sent with their length, the large ones too (past
+// net/http's 2 KiB buffer they would otherwise go chunked).
+func TestContentLength(t *testing.T) {
+	ts := newTestServer(t, fakeRepo{"emb": {task: models.TaskEmbed}})
+	tests := []struct {
+		name, method, path, body string
+		code                     int
+	}{
+		{"openapi.json", "GET", "/openapi.json", "", 200},
+		{"embed", "POST", "/embed", `{"inputs":["a","bb"]}`, 200},
+		{"error", "POST", "/embed", `{"inputs":3}`, 422},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, ts.URL+tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			data, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.code || resp.ContentLength != int64(len(data)) || len(resp.TransferEncoding) > 0 {
+				t.Errorf("%d, %d bytes with Content-Length %d, Transfer-Encoding %q", resp.StatusCode, len(data), resp.ContentLength, resp.TransferEncoding)
+			}
+		})
+	}
+}

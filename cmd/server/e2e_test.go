@@ -100,6 +100,12 @@ func TestServeEndToEnd(t *testing.T) {
 		if texts[golden.Items[0].Index] != "hello world" || len(vecs) != 1 || cosine(vecs[0], golden.Items[0].Torch) < 0.9999 {
 			t.Errorf("hello world does not match the reference")
 		}
+		// One vector is 4.7 KB of JSON, past net/http's 2 KiB buffer: it is sent with its
+		// length, not chunked.
+		resp, body := postRaw(t, url+"/embed", map[string]any{"inputs": []string{"hello world"}})
+		if len(body) < 4<<10 || resp.ContentLength != int64(len(body)) || len(resp.TransferEncoding) > 0 {
+			t.Errorf("a %d-byte vector came with Content-Length %d, Transfer-Encoding %q", len(body), resp.ContentLength, resp.TransferEncoding)
+		}
 		var raw [][]float32
 		postJSON(t, url+"/embed", map[string]any{"inputs": "hello world", "normalize": false}, &raw)
 		if n := norm(raw[0]); n < 1.5 || cosine(raw[0], vecs[0]) < 0.99999 {
