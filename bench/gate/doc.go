@@ -9,7 +9,8 @@
 // small dataset therefore cannot pass a tight budget by luck; the report says so when the
 // point estimate alone would have passed.
 //
-// The package loads no model and needs no native library: the caller runs each version on
-// the dataset (see LoadDataset) and hands over the outputs as a ClassifyRun or an EmbedRun.
-// Classify and Embed return a Report, which WriteText, WriteMarkdown and WriteJSON lay out.
+// The package loads no model and needs no native library. Run runs each version of a model
+// the caller loaded (package models) on the dataset (see LoadDataset); Classify and Embed
+// judge outputs handed over as a ClassifyRun or an EmbedRun, from Run or from elsewhere.
+// Each returns a Report, which WriteText, WriteMarkdown and WriteJSON lay out.
 package gate

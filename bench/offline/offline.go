@@ -3,9 +3,9 @@
 // beforehand, every session busy, no HTTP and no batcher. It also lays out the report of a
 // bench that measures only that (Result).
 //
-// The sessions and encodings come from the caller, which opens them as serve would
-// (cmd/server): the package needs neither ONNX Runtime nor the tokenizer library, and builds
-// and tests without cgo.
+// The sessions and encodings come from a Loader, which opens them as serve would
+// (runtime/engine): the package needs neither ONNX Runtime nor the tokenizer library, and
+// builds and tests without cgo.
 package offline
 
 import (

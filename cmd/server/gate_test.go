@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/bench/gate"
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
 
@@ -148,7 +149,7 @@ func gateChild(t *testing.T, env []string, args ...string) (int, string, string)
 // error.
 func gateHere(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	j, err := parseGate(append([]string{"--device", "cpu"}, args...), os.Getenv, io.Discard)
+	j, err := config.ParseGate(append([]string{"--device", "cpu"}, args...), os.Getenv, io.Discard)
 	if err != nil {
 		return "", err
 	}

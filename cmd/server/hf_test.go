@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
@@ -258,11 +260,15 @@ func TestServeHFFolderRefused(t *testing.T) {
 // `server inspect DIR` reads a model folder's config as serve does, inferred or not.
 func TestInspectModelFolder(t *testing.T) {
 	dir := hfFolder(t, onnxtest.Value{Name: "last_hidden_state", ElemType: onnxtest.Float, Dims: []int64{-1, -1, 4}})
-	targets, err := inspectTargets(inspectConfig{Target: dir})
+	c, err := config.ParseInspect([]string{dir}, os.Getenv, io.Discard)
+	var targets []config.InspectTarget
+	if c != nil {
+		targets = c.Targets
+	}
 	if err != nil || len(targets) != 1 || targets[0].Model != "tiny" || targets[0].Version != "fp32" || targets[0].Path != filepath.Join(dir, "model.onnx") {
 		t.Errorf("%+v %v", targets, err)
 	}
-	if _, err := inspectTargets(inspectConfig{Target: filepath.Join(dir, "nope")}); err == nil || !strings.Contains(err.Error(), "name an .onnx file, a model folder") {
+	if _, err := config.ParseInspect([]string{filepath.Join(dir, "nope")}, os.Getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "name an .onnx file, a model folder") {
 		t.Errorf("%v", err)
 	}
 }

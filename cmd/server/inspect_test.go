@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +17,8 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
-	"github.com/ortserve/ortserve/cmd/server/internal/inspect"
 	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime/inspect"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
 )
@@ -28,12 +27,12 @@ import (
 // environment.
 func runInspectHere(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	c, targets, err := parseInspect(args, os.Getenv, io.Discard)
+	c, err := config.ParseInspect(args, os.Getenv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err = inspectFiles(t.Context(), c, targets, testEnv, &out)
+	err = inspectFiles(t.Context(), c, testEnv, &out)
 	return out.String(), err
 }
 
@@ -189,21 +188,5 @@ func TestInspectCommand(t *testing.T) {
 				t.Errorf("last line %q, want one containing %q", last, tt.want)
 			}
 		})
-	}
-}
-
-// serve logs a version's placement at load; on CPU from the file alone.
-func TestInspectServeLogsPlacement(t *testing.T) {
-	c, err := config.Parse([]string{"--device", "cpu"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	b := newBackend(testEnv, c, ort.ProviderCPU, nil)
-	b.log = slog.New(slog.NewTextHandler(&logs, nil))
-	b.logPlacement(models.ExecSpec{Model: "minilm", Version: "int8", Path: filepath.Join(c.Models, "minilm", "int8.onnx")})
-	line := regexp.MustCompile(`level=INFO msg=placement model=minilm version=int8 provider=CPUExecutionProvider nodes=\d+ quantized=[1-9]\d* placed=all:CPUExecutionProvider took=`)
-	if !line.MatchString(logs.String()) || strings.Contains(logs.String(), "WARN") {
-		t.Errorf("log:\n%s", logs.String())
 	}
 }

@@ -39,11 +39,11 @@ func (p *progress) update(pr bench.Progress) {
 	if pr.Runs > 1 {
 		run = fmt.Sprintf(" run %d/%d", pr.Run, pr.Runs)
 	}
-	p.draw(pr.Step, pr.Steps, fmt.Sprintf("step %d/~%d%s %s @ %s  %s", pr.Step, pr.Steps, run, pr.Target, load, pr.Elapsed.Round(time.Second)))
+	p.Draw(pr.Step, pr.Steps, fmt.Sprintf("step %d/~%d%s %s @ %s  %s", pr.Step, pr.Steps, run, pr.Target, load, pr.Elapsed.Round(time.Second)))
 }
 
-// draw redraws the line as a bar filled step/steps of the way, then text.
-func (p *progress) draw(step, steps int, text string) {
+// Draw redraws the line as a bar filled step/steps of the way, then text.
+func (p *progress) Draw(step, steps int, text string) {
 	if !p.on {
 		return
 	}
@@ -55,7 +55,8 @@ func (p *progress) draw(step, steps int, text string) {
 	p.any = true
 }
 
-func (p *progress) done() {
+// Done clears the line, if anything was drawn.
+func (p *progress) Done() {
 	if p.on && p.any {
 		fmt.Fprint(p.w, "\r\033[K")
 	}

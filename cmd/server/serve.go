@@ -1,17 +1,12 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	goruntime "runtime"
-	"slices"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,10 +15,9 @@ import (
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/engine"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
-	"github.com/ortserve/ortserve/tokenize"
-	"github.com/ortserve/ortserve/tokenize/hf"
 )
 
 func runServe(ctx context.Context, args []string, stdout io.Writer) error {
@@ -44,18 +38,19 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 // nil: how bench --self and the tests learn a server's port, rather than from the line
 // printed.
 func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
-	provider, why, err := resolveDevice(env, c, log, "serving")
-	if err != nil {
-		return err
-	}
 	reg := prometheus.NewRegistry()
 	// The Go runtime's and the process's own metrics (go_goroutines, process_resident_memory_bytes...):
 	// what a soak watches for leaks (soak_test.go).
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := server.NewMetrics(reg)
-	b := newBackend(env, c, provider, metrics.Observer)
-	b.log = log // placement per version at load (inspect.go)
-	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.sessions, "threads", b.threads, "ort", env.Version())
+	ec := engineConfig(c)
+	ec.Observe, ec.Log = metrics.Observer, log
+	b, err := newEngine(env, ec, log, "serving")
+	if err != nil {
+		return err
+	}
+	provider := b.Provider()
+	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.Sessions(), "threads", b.Threads(), "ort", env.Version())
 	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "packing", c.Packing, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
 	repo, err := models.OpenSources(c.Sources(), b, log)
@@ -74,7 +69,7 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 		defer func() { stopWatch(); <-watched }()
 	}
 
-	c.HTTP.Info = server.Info{Version: version, ORTVersion: env.Version(), Device: c.Device, Provider: string(provider), FallbackReason: why}
+	c.HTTP.Info = server.Info{Version: version, ORTVersion: env.Version(), Device: c.Device, Provider: string(provider), FallbackReason: b.FallbackReason()}
 	c.HTTP.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	srv := server.New(c.HTTP, server.FromModels(repo), log, metrics)
 	metrics.SetProviders(string(provider), server.FromModels(repo).Describe())
@@ -105,294 +100,23 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 	return front.shutdown(shutdownPlan{Grace: c.Grace, DrainDelay: c.DrainDelay, SetReady: srv.SetReady, Abort: repo.Abort})
 }
 
-// backend loads tokenizers and ONNX Runtime sessions for the model repository.
-type backend struct {
-	env      *ort.Env
-	opts     ort.Options
-	sessions int
-	threads  int
-	batch    runtime.BatchConfig
-	// calibration is how long Executor lets each version's pool measure its cost curve.
-	calibration time.Duration
-	observe     func(model, version string) runtime.Observer
-	log         *slog.Logger // nil: no placement log line per version
+// engineConfig is serve's settings for the engine its versions load on.
+func engineConfig(c config.Serve) engine.Config {
+	return engine.Config{
+		Device: c.Device, DeviceID: c.DeviceID, Sessions: c.Sessions, Threads: c.Threads, Strict: c.Strict,
+		Packing: c.Packing, Batch: c.Batch, Calibration: c.Calibration,
+	}
 }
 
-// resolveDevice is the one place a command turns serve's --device into the execution
-// provider its sessions get. For auto without a working CUDA it is CPU, and why is logged
-// ("CUDA unavailable, serving on CPU", doing naming the command's work) and returned.
-func resolveDevice(env *ort.Env, c config.Serve, log *slog.Logger, doing string) (p ort.Provider, why string, err error) {
-	device, err := ort.ParseDevice(c.Device)
+// newEngine builds the engine a command loads versions on. Where auto found no working CUDA,
+// it says so on log ("CUDA unavailable, serving on CPU", doing naming the command's work).
+func newEngine(env *ort.Env, c engine.Config, log *slog.Logger, doing string) (*engine.Engine, error) {
+	e, err := engine.New(env, c)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
-	p, why, err = env.Resolve(device, c.DeviceID)
-	if err != nil {
-		return "", "", fmt.Errorf("--device %s: %w: run with --device auto or cpu, or check the GPU and CUDA 13 / cuDNN 9 libraries", c.Device, err)
-	}
-	if why != "" && log != nil {
+	if why := e.FallbackReason(); why != "" && log != nil {
 		log.Warn("CUDA unavailable, "+doing+" on CPU", "reason", why)
 	}
-	return p, why, nil
-}
-
-// newBackend is the one way a command builds the backend its versions load on: serve's
-// sessions, threads and batching on provider p. observe gives each version's batcher its
-// observer (the server's metrics); nil observes nothing.
-func newBackend(env *ort.Env, c config.Serve, p ort.Provider, observe func(model, version string) runtime.Observer) *backend {
-	if observe == nil {
-		observe = func(string, string) runtime.Observer { return runtime.NopObserver{} }
-	}
-	b := &backend{env: env, sessions: c.Sessions, threads: c.Threads, batch: c.Batch, calibration: c.Calibration, observe: observe}
-	if p == ort.ProviderCPU {
-		// Measured on a 2-core machine: several single-thread sessions beat one session with
-		// many threads, and a multi-thread session shared by goroutines oversubscribes.
-		if b.threads == 0 {
-			b.threads = 1
-		}
-		if b.sessions == 0 {
-			b.sessions = max(1, goruntime.NumCPU()/b.threads)
-		}
-	} else if b.sessions == 0 {
-		b.sessions = 1
-	}
-	b.opts = ort.Options{Provider: p, DeviceID: c.DeviceID, IntraOpThreads: b.threads, InterOpThreads: 1, Strict: c.Strict}
-	b.batch.Packing = packingOn(c.Packing, p)
-	return b
-}
-
-// packingOn resolves --packing for provider p. auto packs on the CPU only: there a run's
-// fixed cost, which packing shares, is a large part of a short text's (docs/batching.md), and
-// a packed row's bound of runtime.MaxPackTokens costs nothing; on CUDA padded batches may grow
-// far larger, and packing there has not been measured.
-func packingOn(mode string, p ort.Provider) bool {
-	switch mode {
-	case "on":
-		return true
-	case "off":
-		return false
-	}
-	return p == ort.ProviderCPU
-}
-
-func (b *backend) Device() string {
-	if b.opts.Provider == ort.ProviderCUDA {
-		return "cuda"
-	}
-	return "cpu"
-}
-
-func (b *backend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error) {
-	return hf.Load(path, maxLen)
-}
-
-func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
-	// Loading runs under a context of its own, as models' start-up check does.
-	// The pool calibrates on its first session below: that warms it up.
-	sessions, err := b.openSessions(context.Background(), spec.Path, spec.Output, cmp.Or(spec.Instances, b.sessions), false)
-	if err != nil {
-		return nil, err
-	}
-	if b.log != nil {
-		b.logPlacement(spec)
-	}
-	pool := runtime.NewPool(sessions)
-	cfg := spec.Batching.Apply(b.batch)
-	if spec.SLO > 0 {
-		cfg.SLO = spec.SLO
-	}
-	if err := cfg.Validate(); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if err := pool.Calibrate(context.Background(), calibrationBatches(cfg.MaxBatchSize, cfg.Packing && pool.Packs()), b.calibration); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	obs := b.observe(spec.Model, spec.Version)
-	if b.log != nil {
-		obs = &logControl{Observer: obs, log: b.log.With("model", spec.Model, "version", spec.Version)}
-	}
-	bt := runtime.NewBatcher(cfg, pool, obs)
-	if b.log != nil {
-		logCost(b.log, spec, bt.State())
-	}
-	return batchExecutor{bt, pool}, nil
-}
-
-// calibrationBatches are the shapes a version's cost model is seeded with, cheapest first:
-// batches of 1, 2, 4, … up to most rows, at two lengths, so that the fit sees both what rows
-// and what padding cost; packed, one row of 16, 32, … up to runtime.MaxPackTokens tokens,
-// and 2, 4 and 8 rows of 32 and 64, so that the fit tells a row's attention, the square of
-// its length, from the cost of another row (packed batches may run as several rows). The mask's
-// values do not change what a shape costs. Pool.Calibrate stops at its budget, so a slow
-// device measures the small shapes and learns the large ones from the batches it serves.
-func calibrationBatches(most int, packed bool) []tokenize.Batch {
-	type shape struct{ rows, cols int }
-	var shapes []shape
-	switch {
-	case packed:
-		for cols := 16; cols <= runtime.MaxPackTokens; cols *= 2 {
-			shapes = append(shapes, shape{1, cols})
-		}
-		for _, cols := range []int{32, 64} {
-			for rows := 2; rows <= min(8, most); rows *= 2 {
-				shapes = append(shapes, shape{rows, cols})
-			}
-		}
-	default:
-		for _, cols := range []int{16, 48} {
-			for rows := 1; ; rows *= 2 {
-				shapes = append(shapes, shape{min(rows, most), cols})
-				if rows >= most {
-					break
-				}
-			}
-		}
-	}
-	slices.SortStableFunc(shapes, func(a, b shape) int { return a.rows*a.cols - b.rows*b.cols })
-	out := make([]tokenize.Batch, len(shapes))
-	for i, s := range shapes {
-		out[i] = syntheticBatch(s.rows, s.cols)
-	}
-	return out
-}
-
-// logControl logs the SLO controller's decisions that change a budget, at most one line a
-// second: under a load that swings, the controller may decide four times a second.
-type logControl struct {
-	runtime.Observer
-	log *slog.Logger
-
-	mu      sync.Mutex
-	last    time.Time
-	skipped int // changes not logged since the last line
-}
-
-func (l *logControl) Control(s runtime.SchedulerState, changed bool) {
-	l.Observer.Control(s, changed)
-	if !changed || s.SLO == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.last) < time.Second {
-		l.skipped++
-		return
-	}
-	l.last = now
-	c := s.SLO
-	l.log.Info("slo controller", "decision", c.Decision, "observed_p95_ms", c.ObservedP95Ms, "target_p95_ms", c.TargetP95Ms,
-		"admission_budget_ms", c.BudgetMs, "batch_budget_ms", c.BatchBudgetMs, "samples", c.Samples,
-		"admitted", c.Admitted, "refused", c.Refused, "changes_not_logged", l.skipped)
-	l.skipped = 0
-}
-
-// logCost logs a version's calibrated cost at batch 1 and at its largest batch, for the
-// typical short text: enough to see at start-up whether batching pays on this device.
-func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) {
-	var args []any
-	for _, p := range st.Cost.Curve {
-		if p.Tokens == 16 && (p.Rows == 1 || p.Rows == st.MaxBatch) {
-			args = append(args, fmt.Sprintf("batch_%d_ms", p.Rows), p.Ms, fmt.Sprintf("batch_%d_per_text_vs_1", p.Rows), p.PerTextVs1)
-		}
-	}
-	log.Info("cost model calibrated", append([]any{"model", spec.Model, "version", spec.Version, "runs", st.Cost.Observations}, args...)...)
-}
-
-// openSessions opens n sessions of the ONNX file at path reading output, and warms them up
-// under ctx, the first one only if warmFirst: a pool's calibration runs every shape it
-// measures twice on one session, the first run warming it up, so a version that calibrates
-// need not warm that session twice (with one session a version, as the tests, CUDA's default
-// and one-core hosts run, warm-up had cost the tests as much CPU as calibration). On any failure it closes the ones it
-// opened. The sessions are opened and warmed up side by side, each a graph to load and
-// optimize mostly on one thread. Measured on the 2-core VM, minilm fp32 alone, serve's start
-// to its "listening" line, 4 runs each: 0.98-1.40 s with one session, 1.09-1.29 s with two.
-func (b *backend) openSessions(ctx context.Context, path, output string, n int, warmFirst bool) ([]runtime.Session, error) {
-	o := b.opts
-	o.Output = output
-	sessions := make([]runtime.Session, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			s, err := b.env.NewSession(path, o)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			sessions[i] = s
-			if i == 0 && !warmFirst {
-				return
-			}
-			if err := warmUp(ctx, s); err != nil {
-				errs[i] = fmt.Errorf("warm-up: %w", err)
-			}
-		})
-	}
-	wg.Wait()
-	if err := firstErr(errs); err != nil {
-		for _, s := range sessions {
-			if s != nil {
-				s.Close()
-			}
-		}
-		return nil, err
-	}
-	return sessions, nil
-}
-
-// firstErr is the first error of errs that is not nil: the sessions of one file fail alike,
-// and one line says why.
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// warmUpShapes are the batch × sequence shapes every session runs once before its version
-// serves: the first runs of a shape allocate memory (and on CUDA pick kernels).
-var warmUpShapes = [][2]int{{1, 16}, {4, 16}, {1, 64}, {4, 64}}
-
-// syntheticBatch is rows texts of cols [CLS]-like ids, the shape that warm-up and
-// calibration run.
-func syntheticBatch(rows, cols int) tokenize.Batch {
-	encs := make([]tokenize.Encoding, rows)
-	for i := range encs {
-		ids := make([]int64, cols)
-		for j := range ids {
-			ids[j] = 1000 + int64(j)
-		}
-		ids[0], ids[len(ids)-1] = 101, 102
-		encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, cols)}
-	}
-	return tokenize.Pad(encs)
-}
-
-// warmUp runs a session on warmUpShapes.
-func warmUp(ctx context.Context, s runtime.Session) error {
-	for _, sh := range warmUpShapes {
-		if _, err := s.Run(ctx, syntheticBatch(sh[0], sh[1])); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// batchExecutor is a version's dynamic batcher over its session pool. Its Abort is the
-// batcher's: it returns once every session is back in the pool, so that Close after it does
-// not wait.
-type batchExecutor struct {
-	*runtime.Batcher
-	pool *runtime.Pool
-}
-
-// Close serves what was admitted, then releases the sessions.
-func (e batchExecutor) Close() error {
-	e.Batcher.Close()
-	return e.pool.Close()
+	return e, nil
 }

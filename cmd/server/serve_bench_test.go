@@ -18,8 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ortserve/ortserve/cmd/server/internal/config"
-	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/bench/offline"
 )
 
 // benchSentences are single sentences of everyday length (8–20 tokens), as a search or
@@ -123,17 +122,16 @@ func meanBatch(b *testing.B, url string) float64 {
 // BenchmarkRawSession is the physical limit the server is judged against: MiniLM fp32 on the
 // server's default sessions × threads (one single-thread session per core), fed pre-tokenized
 // batches of the same sentences from one goroutine per session, no HTTP. It is what
-// `server bench --offline` reports (offlineLimit); each iteration measures for a second.
+// `server bench --offline` reports (offline.LimitOf); each iteration measures for a second.
 func BenchmarkRawSession(b *testing.B) {
-	c, _ := config.Parse(nil, io.Discard)
-	be := newBackend(testEnv, c, ort.ProviderCPU, nil)
-	r, err := openOffline(b.Context(), be, filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm"), "fp32", benchSentences)
+	be := offlineEngine(b)
+	r, err := offline.Open(b.Context(), be, filepath.Join(os.Getenv("ORTSERVE_MODELS"), "minilm"), "fp32", benchSentences)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close()
 	for _, size := range []int{1, 4, 16, 32, 64} {
-		b.Run(fmt.Sprintf("sessions=%d/threads=%d/batch=%d", len(r.Sessions), be.threads, size), func(b *testing.B) {
+		b.Run(fmt.Sprintf("sessions=%d/threads=%d/batch=%d", len(r.Sessions), be.Threads(), size), func(b *testing.B) {
 			var items, p50 float64
 			for b.Loop() {
 				p, err := r.Measure(b.Context(), size, time.Second)

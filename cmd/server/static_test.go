@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ortserve/ortserve/bench/offline"
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/tokenize"
 )
@@ -124,7 +125,7 @@ func answersOf(t *testing.T, url, model, version string, texts []string) [][]flo
 // in one padded batch, and says how far their answers moved.
 func sessionInvariance(t *testing.T, model string, task models.Task, version string) invariance {
 	t.Helper()
-	r, err := openOffline(t.Context(), offlineBackend(t), filepath.Join(os.Getenv("ORTSERVE_MODELS"), model), version, mixedTexts)
+	r, err := offline.Open(t.Context(), offlineEngine(t), filepath.Join(os.Getenv("ORTSERVE_MODELS"), model), version, mixedTexts)
 	if err != nil {
 		t.Fatal(err)
 	}

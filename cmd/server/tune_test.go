@@ -172,9 +172,9 @@ func TestTuneConfigWithVersion(t *testing.T) {
 		{N: 3, Kind: "trial", Lever: tune.LeverMaxBatch, From: "32", Value: "4", Decision: tune.Kept},
 		{N: 6, Kind: "trial", Lever: tune.LeverVersion, From: "fp32", Value: "int8", Decision: tune.Kept},
 	}}
-	j := &tuneJob{f: tuneFlags{Out: out, Model: "sentiment"}, dir: filepath.Join(sc.Models, "sentiment"), slo: &bench.SLO{P95: 100 * time.Millisecond}}
+	j := &config.Tune{Flags: config.TuneFlags{Out: out, Model: "sentiment"}, Dir: filepath.Join(sc.Models, "sentiment"), SLO: &bench.SLO{P95: 100 * time.Millisecond}}
 	for range 2 { // the second time replaces the first's repository
-		if err := j.writeConfig(o, sc, base); err != nil {
+		if err := writeTuneConfig(j, o, sc, base); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,8 +198,8 @@ func TestTuneConfigWithVersion(t *testing.T) {
 	// A folder named models that tune did not write is not replaced.
 	other := t.TempDir()
 	os.MkdirAll(filepath.Join(other, "models"), 0o755)
-	j.f.Out = other
-	if err := j.writeConfig(o, sc, base); err == nil || !strings.Contains(err.Error(), "was not written by tune") {
+	j.Flags.Out = other
+	if err := writeTuneConfig(j, o, sc, base); err == nil || !strings.Contains(err.Error(), "was not written by tune") {
 		t.Errorf("err %v; want a refusal to replace a folder tune did not write", err)
 	}
 }
@@ -229,7 +229,7 @@ func TestTuneUsage(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parseTune([]string{"--model", "sentiment", "--slo", "p95=100ms"}, os.Getenv, io.Discard); err != nil {
+	if _, err := config.ParseTune([]string{"--model", "sentiment", "--slo", "p95=100ms"}, os.Getenv, io.Discard); err != nil {
 		t.Errorf("a good command line: %v", err)
 	}
 }

@@ -33,7 +33,7 @@ type Serve struct {
 	ORTLib   string
 	Device   string
 	DeviceID int
-	Sessions int // per model version; 0: one per core on CPU, 1 on CUDA
+	Sessions int // per model version; 0: one per CPU the process may use (GOMAXPROCS) on CPU, 1 on CUDA
 	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
 	Batch    runtime.BatchConfig
 	// Calibration is how long each version measures its cost curve before it serves
@@ -133,7 +133,7 @@ func flags(c *Serve) *flag.FlagSet {
 	fs.StringVar(&c.ORTLib, "ort-lib", c.ORTLib, "ONNX Runtime shared library")
 	fs.StringVar(&c.Device, "device", c.Device, "auto, cuda or cpu")
 	fs.IntVar(&c.DeviceID, "device-id", c.DeviceID, "CUDA device")
-	fs.IntVar(&c.Sessions, "sessions", c.Sessions, "sessions per model version; 0: one per core on CPU, 1 on CUDA")
+	fs.IntVar(&c.Sessions, "sessions", c.Sessions, "sessions per model version; 0: one per CPU the process may use (GOMAXPROCS) on CPU, 1 on CUDA")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA")
 	fs.IntVar(&c.Batch.MaxBatchSize, "max-batch", c.Batch.MaxBatchSize, "most texts one inference batch takes")
 	fs.IntVar(&c.Batch.MaxBatchTokens, "max-batch-tokens", c.Batch.MaxBatchTokens, "most padded tokens (texts × longest) in one batch; 0: no budget")

@@ -32,6 +32,20 @@ func (e Error) Error() string { return strings.Join(e, "\n") }
 // Is says that e is ErrUsage.
 func (e Error) Is(target error) bool { return target == ErrUsage }
 
+// usagef is a usage or data error: exit code 2.
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w (%w)", fmt.Errorf(format, args...), ErrUsage)
+}
+
+// Args are the serve arguments that read the config file path, if any: how a command that
+// loads versions as serve does (bench --self, gate, tune, inspect) reads serve's settings.
+func Args(path string) []string {
+	if path == "" {
+		return nil
+	}
+	return []string{"--config", path}
+}
+
 // Parse reads serve's settings from args, the environment and the --config file. Flag
 // errors and --help's usage go to stderr.
 func Parse(args []string, stderr io.Writer) (Serve, error) {

@@ -62,26 +62,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* Whole CPUs of the container, from resources.limits.cpu (else requests.cpu): "2", 2, 1.5 or "2500m"; empty when neither is set. */}}
-{{- define "ortserve.cpus" -}}
-{{- $r := .Values.resources | default dict -}}
-{{- $cpu := (($r.limits | default dict).cpu) | default (($r.requests | default dict).cpu) | default "" | toString -}}
-{{- if regexMatch "^[0-9]+(\\.[0-9]+)?$" $cpu -}}
-{{- max 1 (floor $cpu | int) -}}
-{{- else if regexMatch "^[0-9]+m$" $cpu -}}
-{{- max 1 (div (trimSuffix "m" $cpu | atoi) 1000) -}}
-{{- end -}}
-{{- end -}}
-
 {{/* serve's config file for a track: (dict "root" $ "extra" overrides). */}}
 {{- define "ortserve.serveConfig" -}}
 {{- $root := .root -}}
 {{- $v := $root.Values -}}
 {{- $defaults := dict "device" (ternary "cuda" "cpu" $v.gpu.enabled) -}}
-{{- $cpus := include "ortserve.cpus" $root -}}
-{{- if and (not $v.gpu.enabled) $cpus -}}
-{{- $_ := set $defaults "sessions" (atoi $cpus) -}}
-{{- end -}}
 {{- $forced := dict
       "models" "/models"
       "shutdown_grace" (printf "%ds" (sub (int $v.shutdown.terminationGracePeriodSeconds) 1))

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ortserve/ortserve/cmd/server/internal/inspect"
+	"github.com/ortserve/ortserve/runtime/inspect"
 	"github.com/ortserve/ortserve/runtime/onnx"
 )
 

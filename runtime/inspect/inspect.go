@@ -1,7 +1,8 @@
 // Package inspect lays out what `server inspect` reports of an ONNX file, as text or JSON:
 // its size, format, signature, operators and fp16 content (runtime/onnx's ModelInfo), and
 // where ONNX Runtime placed its nodes (Placement); and the one-line placement summary that
-// serve logs per version at load. Reading the file and profiling a run are cmd/server's.
+// serve logs per version at load. Reading the file is runtime/onnx's, profiling a run
+// runtime/engine's.
 //
 // It needs neither ONNX Runtime nor the tokenizer library: it builds and tests without cgo.
 package inspect
@@ -18,7 +19,7 @@ import (
 )
 
 // The providers as runtime/ort names them (ort.ProviderCPU, ort.ProviderUnknown). They are
-// not asked of it: runtime/ort is cgo, and this package builds without. cmd/server's
+// not asked of it: runtime/ort is cgo, and this package builds without. runtime/engine's
 // TestPlacementView holds the two to agree.
 const (
 	providerCPU     = "CPUExecutionProvider"
@@ -49,9 +50,9 @@ type File struct {
 }
 
 // Placement is where ONNX Runtime put a model's nodes, as its profiler saw them in one run:
-// runtime/ort's Placement field for field, with the same JSON, which cmd/server converts.
+// runtime/ort's Placement field for field, with the same JSON, which runtime/engine converts.
 // It is a copy rather than an import: runtime/ort is cgo, and this package builds without.
-// cmd/server's TestPlacementView holds the two to agree.
+// runtime/engine's TestPlacementView holds the two to agree.
 type Placement struct {
 	// Provider is the execution provider the session was given; CPU backs it for the
 	// nodes it cannot run.

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ortserve/ortserve/cmd/server/internal/inspect"
+	"github.com/ortserve/ortserve/runtime/inspect"
 	"github.com/ortserve/ortserve/runtime/onnx"
 	"github.com/ortserve/ortserve/runtime/ort"
 )

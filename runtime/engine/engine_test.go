@@ -1,0 +1,293 @@
+//go:build cgo && ort
+
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortserve/ortserve/bench/offline"
+	"github.com/ortserve/ortserve/models"
+	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/engine"
+	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/tokenize"
+)
+
+var env *ort.Env
+
+func TestMain(m *testing.M) {
+	lib := os.Getenv("ORTSERVE_ORT_LIB")
+	if lib == "" || os.Getenv("ORTSERVE_MODELS") == "" {
+		fmt.Fprintln(os.Stderr, "runtime/engine: ORTSERVE_ORT_LIB and ORTSERVE_MODELS are not set: run these tests with `make test`")
+		os.Exit(1)
+	}
+	var err error
+	if env, err = ort.Open(lib); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// texts are short sentences of several lengths.
+var texts = []string{
+	"The quick brown fox jumps over the lazy dog.",
+	"How do I reset my password on the mobile app?",
+	"Shipping was fast and the package arrived in perfect condition.",
+	"What is the capital of Australia and why was it chosen?",
+	"This blender is loud, but it crushes ice like a champ.",
+	"Inference servers trade throughput for tail latency when they batch.",
+	"Quantized models are faster, but you should measure their accuracy.",
+	"Please send the signed contract back by the end of the week.",
+}
+
+func modelDir(name string) string { return filepath.Join(os.Getenv("ORTSERVE_MODELS"), name) }
+
+// cpuEngine is the engine serve builds on the CPU with its default batching.
+func cpuEngine(t testing.TB, c engine.Config) *engine.Engine {
+	t.Helper()
+	c.Device = "cpu"
+	if c.Batch.MaxBatchSize == 0 {
+		c.Batch = runtime.DefaultBatchConfig()
+	}
+	c.Packing = cmpOr(c.Packing, "auto")
+	e, err := engine.New(env, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func cmpOr(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// A version's sessions follow GOMAXPROCS, which follows the CPU limit of a container, not the
+// host's cores: a pod limited to 2 CPUs on a 64-core node opens 2 sessions per version.
+func TestSessionsFollowGOMAXPROCS(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(0))
+	for _, procs := range []int{1, 3} {
+		goruntime.GOMAXPROCS(procs)
+		e := cpuEngine(t, engine.Config{})
+		if e.Sessions() != procs || e.Threads() != 1 {
+			t.Errorf("GOMAXPROCS %d (host: %d cores): %d sessions of %d threads; want %d of 1", procs, goruntime.NumCPU(), e.Sessions(), e.Threads(), procs)
+		}
+	}
+}
+
+// A loaded version serves through its batcher, and runs fixed batches straight on its pool:
+// the same answers, for fp32, as each text alone, and the same answers on every run.
+func TestVersion(t *testing.T) {
+	e := cpuEngine(t, engine.Config{Sessions: 1, Calibration: 50 * time.Millisecond})
+	for _, version := range []string{"fp32", "int8"} {
+		t.Run(version, func(t *testing.T) {
+			v, err := e.Load(t.Context(), models.ExecSpec{Model: "minilm", Version: version, Path: filepath.Join(modelDir("minilm"), version+".onnx"), Output: "last_hidden_state"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Close()
+			tok, err := e.Tokenizer(filepath.Join(modelDir("minilm"), "tokenizer.json"), 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tok.Close()
+			encs, err := tok.Encode(texts, tokenize.Options{Truncate: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fixed, err := v.RunFixed(t.Context(), encs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := v.RunFixed(t.Context(), encs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fixed) != len(encs) || len(again) != len(encs) {
+				t.Fatalf("%d and %d tensors for %d texts", len(fixed), len(again), len(encs))
+			}
+			for i := range encs {
+				if !slices.Equal(fixed[i].Data, again[i].Data) {
+					t.Errorf("text %d: fixed batches answered differently on a second run", i)
+				}
+				if got, want := fixed[i].Shape[0], int64(encs[i].Len()); got != want {
+					t.Errorf("text %d: %d tokens out, %d in", i, got, want)
+				}
+			}
+			served, _, err := v.Execute(t.Context(), encs[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One text alone is the same batch either way.
+			alone, err := v.RunFixed(t.Context(), encs[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(served[0].Data, alone[0].Data) {
+				t.Error("one text through the batcher and as a fixed batch answered differently")
+			}
+			if st := v.State(); st.Sessions != 1 || st.Cost.Observations == 0 {
+				t.Errorf("state: %d sessions, %d cost observations; want 1 and some (calibration)", st.Sessions, st.Cost.Observations)
+			}
+		})
+	}
+}
+
+// RunFixed splits a long request at the version's max batch size, in order.
+func TestRunFixedSplits(t *testing.T) {
+	c := engine.Config{Sessions: 1, Calibration: time.Millisecond, Packing: "off"}
+	c.Batch = runtime.DefaultBatchConfig()
+	c.Batch.MaxBatchSize = 3
+	e := cpuEngine(t, c)
+	v, err := e.Load(t.Context(), models.ExecSpec{Model: "sentiment", Version: "fp32", Path: filepath.Join(modelDir("sentiment"), "fp32.onnx"), Output: "logits"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	tok, err := e.Tokenizer(filepath.Join(modelDir("sentiment"), "tokenizer.json"), 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	encs, err := tok.Encode(texts, tokenize.Options{Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := v.RunFixed(t.Context(), encs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range encs {
+		alone, err := v.RunFixed(t.Context(), encs[i:i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range alone[0].Data {
+			if d := alone[0].Data[j] - out[i].Data[j]; d > 1e-4 || d < -1e-4 {
+				t.Errorf("text %d: logit %d is %g in its batch of 3, %g alone", i, j, out[i].Data[j], alone[0].Data[j])
+			}
+		}
+	}
+}
+
+// serve logs a version's placement at load; on CPU from the file alone.
+func TestLogPlacement(t *testing.T) {
+	var logs bytes.Buffer
+	e := cpuEngine(t, engine.Config{Sessions: 1, Calibration: time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	v, err := e.Load(t.Context(), models.ExecSpec{Model: "minilm", Version: "int8", Path: filepath.Join(modelDir("minilm"), "int8.onnx"), Output: "last_hidden_state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	line := regexp.MustCompile(`level=INFO msg=placement model=minilm version=int8 provider=CPUExecutionProvider nodes=\d+ quantized=[1-9]\d* placed=all:CPUExecutionProvider took=`)
+	if !line.MatchString(logs.String()) || strings.Contains(logs.String(), "WARN") || !strings.Contains(logs.String(), `msg="cost model calibrated" model=minilm version=int8`) {
+		t.Errorf("log:\n%s", logs.String())
+	}
+}
+
+func TestOfflineLimit(t *testing.T) {
+	e := cpuEngine(t, engine.Config{})
+	for _, tt := range []struct{ model, version string }{
+		{"minilm", "fp32"},
+		{"sentiment", "int8"},
+	} {
+		t.Run(tt.model+"/"+tt.version, func(t *testing.T) {
+			points, err := offline.LimitOf(t.Context(), e, modelDir(tt.model), tt.version, texts, []int{1, 4}, 300*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(points) != 2 || points[0].Batch != 1 || points[1].Batch != 4 {
+				t.Fatalf("points %+v; want batches 1 and 4", points)
+			}
+			for _, p := range points {
+				if p.ItemsPerS <= 0 || p.P50 <= 0 {
+					t.Errorf("point %+v; want items/s and p50 > 0", p)
+				}
+			}
+		})
+	}
+}
+
+func TestOfflineLimitErrors(t *testing.T) {
+	e := cpuEngine(t, engine.Config{})
+	minilm := modelDir("minilm")
+	tests := []struct {
+		name    string
+		dir     string
+		version string
+		texts   []string
+		batches []int
+		is      error
+		want    []string
+	}{
+		{"unknown version", minilm, "fp64", texts, []int{1}, models.ErrUnknownVersion, []string{`"minilm/fp64"`, "fp16", "fp32", "int8"}},
+		{"no model folder", t.TempDir(), "fp32", texts, []int{1}, nil, []string{"no model.yaml and no config.json"}},
+		{"no texts", minilm, "fp32", nil, []int{1}, nil, []string{"no texts"}},
+		{"batch 0", minilm, "int8", texts, []int{0}, nil, []string{"batch size 0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := offline.LimitOf(t.Context(), e, tt.dir, tt.version, tt.texts, tt.batches, time.Millisecond)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("error %v; want one that is %v", err, tt.is)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q; want it to name %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestOfflineLimitCancel(t *testing.T) {
+	e := cpuEngine(t, engine.Config{})
+	dir := modelDir("minilm")
+
+	t.Run("before", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := offline.LimitOf(ctx, e, dir, "int8", texts, []int{1}, time.Hour); !errors.Is(err, context.Canceled) {
+			t.Errorf("error %v; want context.Canceled", err)
+		}
+	})
+
+	t.Run("while measuring", func(t *testing.T) {
+		r, err := offline.Open(t.Context(), e, dir, "int8", texts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		ctx, cancel := context.WithCancel(t.Context())
+		// A timer, not a sleep: measure runs for an hour unless the cancel stops it.
+		stop := time.AfterFunc(100*time.Millisecond, cancel)
+		defer stop.Stop()
+		_, err = r.Measure(ctx, 4, time.Hour)
+		if err != context.Canceled { //nolint:errorlint // the error itself, not one wrapping it
+			t.Errorf("error %v; want context.Canceled itself", err)
+		}
+	})
+}
