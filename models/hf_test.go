@@ -450,10 +450,14 @@ func TestRepositoryFindsModelFolders(t *testing.T) {
 	if got := r.Names(); !slices.Equal(got, []string{"emb", "hf", "named"}) {
 		t.Errorf("models %v", got)
 	}
-	h, _ := r.Handle("named")
-	if vecs, _, err := h.Embed(t.Context(), "int8", []string{"ab"}, models.EmbedOptions{}); err != nil || len(vecs[0]) != 2 {
+	m, release, err := r.Acquire("named")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vecs, _, err := m.Embed(t.Context(), "int8", []string{"ab"}, models.EmbedOptions{}); err != nil || len(vecs[0]) != 2 {
 		t.Errorf("embed: %v %v", vecs, err)
 	}
+	release()
 	// The refused folder, unchanged, is not tried again; fixed, it is added.
 	if err := r.Reload(); err != nil {
 		t.Errorf("reload of unchanged folders: %v", err)

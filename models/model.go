@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -210,6 +211,25 @@ func (m *Model) Version(name string) (*Version, error) {
 	return v, nil
 }
 
+// route resolves the version a request names: "" is the traffic split (Config.Traffic),
+// drawn by weight, or without one the default version.
+func (m *Model) route(version string) string {
+	if version != "" || len(m.Config.Traffic) == 0 {
+		return version
+	}
+	total := 0
+	for _, w := range m.Config.Traffic {
+		total += w
+	}
+	n := rand.IntN(total)
+	for _, v := range slices.Sorted(maps.Keys(m.Config.Traffic)) {
+		if n -= m.Config.Traffic[v]; n < 0 {
+			return v
+		}
+	}
+	return m.Config.DefaultVersion
+}
+
 // scheduler is an Executor that reports how it schedules (runtime.Batcher does).
 type scheduler interface {
 	State() runtime.SchedulerState
@@ -365,8 +385,9 @@ func (m *Model) encode(inputs []Input, truncate bool) ([]tokenize.Encoding, erro
 	return out, nil
 }
 
-// run answers inputs on a version: from its response cache where it can, and by tokenizing
-// and executing the rest, whose answers finish makes. It is the part every pipeline shares.
+// run answers inputs on a version ("": the traffic split, or the default): from its
+// response cache where it can, and by tokenizing and executing the rest, whose answers
+// finish makes. It is the part every pipeline shares.
 // variant is the pipeline option that changes an answer (embed's normalize, classify's and
 // rerank's raw); with truncate it makes the cache key. The answers are in inputs' order and
 // the caller's to keep and modify.
@@ -375,7 +396,7 @@ func (m *Model) run(ctx context.Context, version string, task Task, inputs []Inp
 	if m.Config.Task != task {
 		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task}
 	}
-	v, err := m.Version(version)
+	v, err := m.Version(m.route(version))
 	if err != nil {
 		return nil, st, err
 	}
@@ -450,7 +471,8 @@ type EmbedOptions struct {
 	Normalize bool
 }
 
-// Embed returns one vector per text. The vectors are the caller's, even those served from
+// Embed returns one vector per text, computed by version; "" is the traffic split
+// (Config.Traffic) when the model has one, else the default version. The vectors are the caller's, even those served from
 // the response cache.
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
 	return m.run(ctx, version, TaskEmbed, singles(texts), o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
@@ -469,7 +491,7 @@ type ClassifyOptions struct {
 }
 
 // Classify returns, per text, one score per label in Config.Labels order: probabilities
-// that sum to 1, or raw logits. The scores are the caller's, even those served from the
+// that sum to 1, or raw logits. version is as Embed's. The scores are the caller's, even those served from the
 // response cache.
 func (m *Model) Classify(ctx context.Context, version string, texts []string, o ClassifyOptions) ([][]float32, Stats, error) {
 	return m.ClassifyPairs(ctx, version, singles(texts), o)

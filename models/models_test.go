@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ortserve/ortserve/models"
@@ -184,11 +185,12 @@ func (f fakeTokenizer) Tokens(text string, addSpecial bool) ([]tokenize.Token, e
 func (f fakeTokenizer) MaxLength() int { return f.max }
 func (f fakeTokenizer) Close() error   { return nil }
 
-// fakeExec returns, per encoding, hidden states [len, 2] where token j is (id, j), or for
-// classify the logits (sum of ids, 0).
+// fakeExec returns, per encoding, hidden states [len, hidden] (hidden 2 unless set) where
+// token j is (id, j, 0...), or for classify the logits (sum of ids, 0).
 type fakeExec struct {
 	classify bool
-	closed   *int
+	hidden   int
+	closed   *atomic.Int32
 }
 
 func (f fakeExec) Execute(_ context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, runtime.ExecStats, error) {
@@ -202,25 +204,32 @@ func (f fakeExec) Execute(_ context.Context, encs []tokenize.Encoding) ([]runtim
 			out[i] = runtime.Tensor{Shape: []int64{2}, Data: []float32{sum / 100, 0}}
 			continue
 		}
+		hidden := f.hidden
+		if hidden == 0 {
+			hidden = 2
+		}
 		cols := e.Len() + 3 // padding that pooling must ignore
-		t := runtime.Tensor{Shape: []int64{int64(cols), 2}, Data: make([]float32, 2*cols)}
+		t := runtime.Tensor{Shape: []int64{int64(cols), int64(hidden)}, Data: make([]float32, hidden*cols)}
 		for j := range cols {
-			t.Data[2*j] = 1000 // padding rows
+			t.Data[hidden*j] = 1000 // padding rows
 			if j < e.Len() {
-				t.Data[2*j], t.Data[2*j+1] = float32(e.IDs[j]), float32(j)
+				t.Data[hidden*j], t.Data[hidden*j+1] = float32(e.IDs[j]), float32(j)
 			}
 		}
 		out[i] = t
 	}
 	return out, runtime.ExecStats{Batches: 1}, nil
 }
-func (f fakeExec) Close() error                { *f.closed++; return nil }
+func (f fakeExec) Close() error                { f.closed.Add(1); return nil }
 func (f fakeExec) Abort(context.Context) error { return nil }
 
+// fakeBackend makes fakeExecs. closed counts the executors closed, which a retiring
+// generation does on a goroutine of its own.
 type fakeBackend struct {
 	device   string
 	classify bool
-	closed   int
+	hidden   int // embed's hidden size; 0: 2
+	closed   atomic.Int32
 	fail     string // file name whose loading fails
 }
 
@@ -232,7 +241,7 @@ func (b *fakeBackend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	if filepath.Base(spec.Path) == b.fail {
 		return nil, errors.New("corrupt file")
 	}
-	return fakeExec{classify: b.classify, closed: &b.closed}, nil
+	return fakeExec{classify: b.classify, hidden: b.hidden, closed: &b.closed}, nil
 }
 
 func writeModel(t *testing.T, root, name, yaml string) string {
@@ -285,8 +294,8 @@ func TestEmbedPipeline(t *testing.T) {
 		t.Errorf("classify on embedder: %v", err)
 	}
 	m.Close()
-	if b.closed != 1 {
-		t.Errorf("closed %d executors", b.closed)
+	if n := b.closed.Load(); n != 1 {
+		t.Errorf("closed %d executors", n)
 	}
 }
 
@@ -345,13 +354,15 @@ func TestRepository(t *testing.T) {
 	if len(st) != 1 || st[0].Config.Name != "emb" || len(st[0].Versions) != 2 {
 		t.Fatalf("%+v", st)
 	}
-	if h, ok := r.First(models.TaskEmbed); !ok || h.Name() != "emb" {
-		t.Error("First(embed)")
+	if m, release, err := r.AcquireFirst(models.TaskEmbed); err != nil || m.Name() != "emb" {
+		t.Errorf("AcquireFirst(embed): %v", err)
+	} else {
+		release()
 	}
-	if _, ok := r.First(models.TaskClassify); ok {
-		t.Error("First(classify) found an embedder")
+	if _, _, err := r.AcquireFirst(models.TaskClassify); !errors.Is(err, models.ErrUnknownModel) || !strings.Contains(err.Error(), "(any classify model)") {
+		t.Errorf("AcquireFirst(classify) of a repository of one embedder: %v", err)
 	}
-	if _, err := r.Handle("nope"); !errors.Is(err, models.ErrUnknownModel) {
+	if _, _, err := r.Acquire("nope"); !errors.Is(err, models.ErrUnknownModel) {
 		t.Errorf("%v", err)
 	}
 }

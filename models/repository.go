@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ortserve/ortserve/runtime"
@@ -21,8 +22,12 @@ import (
 
 // Repository is every model under one root folder, and every model folder named on its own,
 // loaded, and kept in step with the folders by Reload: a changed model is loaded anew beside
-// the old one, warmed up, swapped in, and only then is the old one drained and closed. A
-// reload that fails leaves the old model serving and says why (Status).
+// the old one, warmed up and swapped in; the old one then drains and closes on its own
+// goroutine. A reload that fails leaves the old model serving and says why (Status).
+//
+// A request holds one generation of a model for its whole life (Acquire), so that all it
+// does sees one config, one dimension and one set of versions, whatever reload happens
+// meanwhile.
 type Repository struct {
 	Root string // "": none, only Models
 	// Models are the model folders served on their own (serve --model).
@@ -30,14 +35,22 @@ type Repository struct {
 	b      Backend
 	log    *slog.Logger
 
-	reloadMu sync.Mutex // one Reload at a time
+	// reloadMu lets one Reload, or Close, change the slots at a time. It is never held while
+	// a generation drains: that runs on a goroutine of its own (retire).
+	reloadMu sync.Mutex
 	mu       sync.RWMutex
 	slots    map[string]*slot // by model name
 	changes  int              // models added, reloaded or removed: Watch's change marker
-	// retiring are the generations a reload replaced or removed and is draining; aborted is
-	// the context of Abort, once called. Each reaches the other, whichever comes first.
+	closed   bool             // by Close: no more acquires or reloads
+	// retiring are the generations swapped out (by a reload, a removal or Close) that are
+	// draining or closing; aborted is the context of Abort, once called. Each reaches the
+	// other, whichever comes first.
 	retiring map[*generation]bool
 	aborted  context.Context
+	// retirements are the goroutines that drain and close retiring generations; Close
+	// waits for them. Each is started under reloadMu, and none after Close, so that every
+	// one is counted before Close waits.
+	retirements sync.WaitGroup
 	// refused are the folders, not serving, whose load failed (or, for Root's folders
 	// without model.yaml, whose config could not be inferred), with the fingerprint of the
 	// files refused: not tried again until those change.
@@ -65,17 +78,70 @@ type slot struct {
 	md ModelDir
 
 	mu          sync.RWMutex
-	cur         *generation
-	fingerprint string // of the files the last load attempt saw
-	failed      string // why the last reload failed; "" once one succeeds
+	cur         *generation // never nil while the slot is in Repository.slots
+	fingerprint string      // of the files the last load attempt saw
+	failed      string      // why the last reload failed; "" once one succeeds
 	reloads     int
 }
 
-// generation is one loaded Model; users holds it for reading while a request uses it, so
-// that a reload can wait for them before closing it.
+// generation is one loaded Model and the requests holding it. A request acquires the
+// generation serving when it starts and releases it when it is done; once a reload (or a
+// removal, or Close) has swapped it out, nobody acquires it again, and drained closes when
+// its last holder releases it: then, and only then, may it be closed.
 type generation struct {
-	m     *Model
-	users sync.RWMutex
+	m *Model
+
+	mu      sync.Mutex
+	holders int
+	retired bool
+	drained chan struct{}
+	err     error // Model.Close's, once the retirement is done
+}
+
+func newGeneration(m *Model) *generation {
+	return &generation{m: m, drained: make(chan struct{})}
+}
+
+// acquire adds a holder. The caller holds the lock under which the generation is swapped
+// out, so that a generation is never acquired after retire.
+func (g *generation) acquire() {
+	g.mu.Lock()
+	g.holders++
+	g.mu.Unlock()
+}
+
+func (g *generation) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.holders--
+	if g.holders == 0 && g.retired {
+		close(g.drained)
+	}
+}
+
+// retire marks a generation swapped out: drained closes now if nobody holds it, else at the
+// last release.
+func (g *generation) retire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.retired = true
+	if g.holders == 0 {
+		close(g.drained)
+	}
+}
+
+// hold is one acquirer's claim on a generation. Its release is the func Acquire returns,
+// of which only the first call counts, so that a second call cannot release someone
+// else's claim.
+type hold struct {
+	g    *generation
+	done atomic.Bool
+}
+
+func (h *hold) release() {
+	if h.done.CompareAndSwap(false, true) {
+		h.g.release()
+	}
 }
 
 // OpenRepository loads every model folder under root: those with a model.yaml, and Hugging
@@ -109,7 +175,7 @@ func OpenSources(src Sources, b Backend, log *slog.Logger) (*Repository, error) 
 			r.Close()
 			return nil, fmt.Errorf("models: two models named %q (the second in %s): rename one (serve --model NAME=DIR names a folder's model)", m.Name(), md.Dir)
 		}
-		r.slots[m.Name()] = &slot{md: md, cur: &generation{m: m}, fingerprint: fp}
+		r.slots[m.Name()] = &slot{md: md, cur: newGeneration(m), fingerprint: fp}
 		log.Info("model loaded", "model", m.Name(), "task", m.Config.Task, "versions", m.VersionNames(), "default", m.Config.DefaultVersion)
 	}
 	if len(r.slots) == 0 {
@@ -302,44 +368,61 @@ func (r *Repository) Names() []string {
 	return slices.Sorted(maps.Keys(r.slots))
 }
 
-// Handle returns a handle on a model by name; it follows reloads.
-func (r *Repository) Handle(name string) (Handle, error) {
-	r.mu.RLock()
-	_, ok := r.slots[name]
-	r.mu.RUnlock()
-	if !ok {
-		return Handle{}, &UnknownError{Kind: ErrUnknownModel, Name: name, Known: r.Names()}
+// errClosed is what a closed repository answers: runtime.ErrClosed, which the server
+// reports as shutting down.
+var errClosed = fmt.Errorf("models: repository closed: %w", runtime.ErrClosed)
+
+// Acquire returns the model serving under name, held for the caller until it calls release:
+// a reload meanwhile swaps a new generation in for later requests, and closes this one only
+// after its last holder has released it. Everything one request does (its checks, the
+// version the traffic split picks, the inference) should go to the one model it acquired.
+// release must be called once the model is no longer used; calls after the first do
+// nothing. An unknown name is an *UnknownError; after Close, runtime.ErrClosed.
+func (r *Repository) Acquire(name string) (m *Model, release func(), err error) {
+	_, g, err := r.acquire(name)
+	if err != nil {
+		return nil, nil, err
 	}
-	return Handle{r: r, name: name}, nil
+	h := &hold{g: g}
+	return g.m, h.release, nil
 }
 
-// First returns a handle on the first model, by name, that does task.
-func (r *Repository) First(task Task) (Handle, bool) {
+// AcquireFirst is Acquire of the first model, by name, that does task; without one, an
+// *UnknownError.
+func (r *Repository) AcquireFirst(task Task) (m *Model, release func(), err error) {
 	for _, name := range r.Names() {
-		var found bool
-		_ = r.use(name, func(m *Model) error { found = m.Config.Task == task; return nil }) // removed meanwhile: not found
-		if found {
-			return Handle{r: r, name: name}, true
+		m, release, err := r.Acquire(name)
+		if errors.Is(err, runtime.ErrClosed) {
+			return nil, nil, err
 		}
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if m.Config.Task == task {
+			return m, release, nil
+		}
+		release()
 	}
-	return Handle{}, false
+	return nil, nil, &UnknownError{Kind: ErrUnknownModel, Name: "(any " + string(task) + " model)", Known: r.Names()}
 }
 
-// use runs f on the model now serving under name. A reload that replaces the model waits
-// for f to return before closing the model f saw.
-func (r *Repository) use(name string, f func(*Model) error) error {
+// acquire holds the generation serving under name, and returns its slot too. r.mu is held
+// throughout, so that a slot removed (or closed) is never acquired once it is gone from
+// r.slots; s.mu, so that a generation swapped out is never acquired once it is.
+func (r *Repository) acquire(name string) (*slot, *generation, error) {
 	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return nil, nil, errClosed
+	}
 	s, ok := r.slots[name]
-	r.mu.RUnlock()
 	if !ok {
-		return &UnknownError{Kind: ErrUnknownModel, Name: name, Known: r.Names()}
+		return nil, nil, &UnknownError{Kind: ErrUnknownModel, Name: name, Known: slices.Sorted(maps.Keys(r.slots))}
 	}
 	s.mu.RLock()
-	g := s.cur
-	g.users.RLock()
-	s.mu.RUnlock()
-	defer g.users.RUnlock()
-	return f(g.m)
+	defer s.mu.RUnlock()
+	s.cur.acquire()
+	return s, s.cur, nil
 }
 
 // Status is how one model stands: what serves, and what the last reload said.
@@ -370,34 +453,37 @@ func (r *Repository) Status() []Status {
 func (r *Repository) StatusOf(name string) (Status, error) { return r.status(name, false) }
 
 func (r *Repository) status(name string, scheduling bool) (Status, error) {
-	r.mu.RLock()
-	s, ok := r.slots[name]
-	r.mu.RUnlock()
-	if !ok {
-		return Status{}, &UnknownError{Kind: ErrUnknownModel, Name: name, Known: r.Names()}
+	s, g, err := r.acquire(name)
+	if err != nil {
+		return Status{}, err
 	}
+	defer g.release()
+	m := g.m
 	s.mu.RLock()
 	st := Status{Reloads: s.reloads, ReloadError: s.failed}
 	s.mu.RUnlock()
-	err := r.use(name, func(m *Model) error {
-		st.Config, st.Versions, st.Dimension = m.Config, m.VersionNames(), m.Dimension()
-		if scheduling {
-			st.Scheduling = m.Scheduling()
-		}
-		return nil
-	})
-	return st, err
+	st.Config, st.Versions, st.Dimension = m.Config, m.VersionNames(), m.Dimension()
+	if scheduling {
+		st.Scheduling = m.Scheduling()
+	}
+	return st, nil
 }
 
 // Reload loads anew every model whose folder changed since it was loaded (or since a
 // failed attempt), and swaps each in once it is loaded and warm. It returns the errors of
 // the models that failed, which keep serving their previous generation. A model whose
 // folder (or its model.yaml) is gone is removed: its requests in flight finish, later ones
-// get an unknown-model error, as Triton's polling mode does.
+// get an unknown-model error, as Triton's polling mode does. Reload does not wait for the
+// generations it replaces or removes: each drains and closes on its own goroutine. After
+// Close, it does nothing and says so.
 func (r *Repository) Reload() error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
 	r.mu.RLock()
+	if r.closed {
+		r.mu.RUnlock()
+		return errClosed
+	}
 	byDir := map[string]*slot{}
 	for _, s := range r.slots {
 		byDir[s.md.Dir] = s
@@ -449,7 +535,7 @@ func (r *Repository) Reload() error {
 			r.mu.Lock()
 			_, dup := r.slots[m.Name()]
 			if !dup {
-				r.slots[m.Name()] = &slot{md: md, cur: &generation{m: m}, fingerprint: fp}
+				r.slots[m.Name()] = &slot{md: md, cur: newGeneration(m), fingerprint: fp}
 				r.changes++
 			}
 			r.mu.Unlock()
@@ -463,7 +549,7 @@ func (r *Repository) Reload() error {
 		}
 		s.mu.Lock()
 		old := s.cur
-		s.cur = &generation{m: m}
+		s.cur = newGeneration(m)
 		s.fingerprint, s.failed = fp, ""
 		s.reloads++
 		s.mu.Unlock()
@@ -476,8 +562,8 @@ func (r *Repository) Reload() error {
 	return errors.Join(errs...)
 }
 
-// remove stops serving a slot's model, whose folder is gone, and closes it once its
-// requests in flight are done.
+// remove stops serving a slot's model, whose folder is gone; it closes once its requests in
+// flight are done.
 func (r *Repository) remove(s *slot) {
 	name := s.cur.m.Name()
 	r.mu.Lock()
@@ -488,26 +574,30 @@ func (r *Repository) remove(s *slot) {
 	r.log.Warn("model removed: its folder, or its model.yaml or model files, is gone", "model", name, "dir", s.md.Dir)
 }
 
-// retire waits for the requests using a generation, then closes it. Meanwhile Abort can
-// reach it.
+// retire drains a generation that its caller has swapped out (so that nobody acquires it
+// any more), and closes it, on a goroutine of its own: a slow drain holds up nothing else.
+// Abort reaches it meanwhile, with Abort's own context: no caller's context has a say in
+// how long a shutdown's abort may take. Its caller holds reloadMu (see retirements).
+//
+//nolint:contextcheck // Abort's context, by design, as said above
 func (r *Repository) retire(g *generation) {
 	r.mu.Lock()
 	r.retiring[g] = true
 	aborted := r.aborted
 	r.mu.Unlock()
-	if aborted != nil { // the shutdown's Abort came first: the requests here fail too
-		_ = g.m.Abort(aborted) // it only says batches were cancelled, which their requests are told
-	}
-	defer func() {
+	g.retire()
+	r.retirements.Go(func() {
+		if aborted != nil { // the shutdown's Abort came first: the requests here fail too
+			_ = g.m.Abort(aborted) // it only says batches were cancelled, which their requests are told
+		}
+		<-g.drained
+		if g.err = g.m.Close(); g.err != nil {
+			r.log.Error("closing a retired model", "model", g.m.Name(), "err", g.err)
+		}
 		r.mu.Lock()
 		delete(r.retiring, g)
 		r.mu.Unlock()
-	}()
-	g.users.Lock()
-	defer g.users.Unlock()
-	if err := g.m.Close(); err != nil {
-		r.log.Error("closing a replaced model", "model", g.m.Name(), "err", err)
-	}
+	})
 }
 
 // Watch calls Reload every interval until ctx ends, and then, if given, changed after each
@@ -537,7 +627,7 @@ func (r *Repository) loads() int {
 }
 
 // Abort is for a shutdown whose grace is over: it aborts every model serving, and every one
-// a reload is draining, at once within ctx (Executor.Abort). Requests still waiting fail with
+// retiring, at once within ctx (Executor.Abort). Requests still waiting fail with
 // runtime.ErrClosed, so that nothing holds a model for long after it: Close may follow at
 // once. Unlike Close, it does not wait for the requests using a model; it fails them.
 func (r *Repository) Abort(ctx context.Context) error {
@@ -562,18 +652,27 @@ func (r *Repository) Abort(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close drains and releases every model: it waits for the requests using them (Abort first
-// to bound that wait).
+// Close stops serving every model (Acquire then fails with runtime.ErrClosed) and releases
+// them all: it waits until the requests holding them have released them (Abort first to
+// bound that wait), and until every generation a reload retired is closed too.
 func (r *Repository) Close() error {
 	r.reloadMu.Lock()
-	defer r.reloadMu.Unlock()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	var errs []error
+	r.closed = true
+	var gens []*generation
 	for _, s := range r.slots {
-		s.cur.users.Lock()
-		errs = append(errs, s.cur.m.Close())
-		s.cur.users.Unlock()
+		gens = append(gens, s.cur)
+	}
+	clear(r.slots)
+	r.mu.Unlock()
+	for _, g := range gens {
+		r.retire(g)
+	}
+	r.reloadMu.Unlock()
+	r.retirements.Wait()
+	errs := make([]error, len(gens))
+	for i, g := range gens {
+		errs[i] = g.err
 	}
 	return errors.Join(errs...)
 }

@@ -21,7 +21,7 @@ type RerankOptions struct {
 // tokenized as one input by the tokenizer's pair template and run through the same
 // batcher as every other request; its score is the model's one logit, or its sigmoid. The
 // scores are in texts' order (sorting is the caller's) and the caller's, even those served
-// from the response cache, whose key holds both texts.
+// from the response cache, whose key holds both texts. version is as Embed's.
 func (m *Model) Rerank(ctx context.Context, version, query string, texts []string, o RerankOptions) ([]float32, Stats, error) {
 	in := make([]Input, len(texts))
 	for i, t := range texts {
@@ -47,22 +47,4 @@ func (m *Model) Rerank(ctx context.Context, version, query string, texts []strin
 // Sigmoid is 1 / (1 + e^-x), computed in float64.
 func Sigmoid(x float32) float32 {
 	return float32(1 / (1 + math.Exp(-float64(x))))
-}
-
-// Rerank is Model.Rerank on the serving generation.
-func (h Handle) Rerank(ctx context.Context, version, query string, texts []string, o RerankOptions) (scores []float32, st Stats, err error) {
-	err = h.r.use(h.name, func(m *Model) error {
-		scores, st, err = m.Rerank(ctx, pick(m, version), query, texts, o)
-		return err
-	})
-	return scores, st, err
-}
-
-// ClassifyPairs is Model.ClassifyPairs on the serving generation.
-func (h Handle) ClassifyPairs(ctx context.Context, version string, inputs []Input, o ClassifyOptions) (scores [][]float32, st Stats, err error) {
-	err = h.r.use(h.name, func(m *Model) error {
-		scores, st, err = m.ClassifyPairs(ctx, pick(m, version), inputs, o)
-		return err
-	})
-	return scores, st, err
 }

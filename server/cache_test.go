@@ -34,9 +34,11 @@ func (c *cachingModel) Embed(ctx context.Context, version string, texts []string
 
 type oneModel struct{ p Pipeline }
 
-func (r oneModel) Lookup(string, models.Task) (Pipeline, string, error) { return r.p, "emb", nil }
-func (r oneModel) Describe() []ModelInfo                                { return nil }
-func (r oneModel) Model(name string) (ModelInfo, error)                 { return modelIn(nil, name) }
+func (r oneModel) Acquire(string, models.Task) (Pipeline, string, func(), error) {
+	return r.p, "emb", func() {}, nil
+}
+func (r oneModel) Describe() []ModelInfo                { return nil }
+func (r oneModel) Model(name string) (ModelInfo, error) { return modelIn(nil, name) }
 
 func TestCacheMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()

@@ -48,12 +48,12 @@ func (v versioned) Rerank(ctx context.Context, version, query string, texts []st
 	return v.fakeModel.Rerank(ctx, version, query, texts, o)
 }
 
-func (r compatRepo) Lookup(name string, task models.Task) (Pipeline, string, error) {
-	p, n, err := r.fakeRepo.Lookup(name, task)
+func (r compatRepo) Acquire(name string, task models.Task) (Pipeline, string, func(), error) {
+	p, n, release, err := r.fakeRepo.Acquire(name, task)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return versioned{p.(*fakeModel)}, n, nil
+	return versioned{p.(*fakeModel)}, n, release, nil
 }
 
 func (r compatRepo) Describe() []ModelInfo {

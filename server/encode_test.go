@@ -348,8 +348,8 @@ func (nanModel) Rerank(context.Context, string, string, []string, models.RerankO
 
 type nanRepo struct{ fakeRepo }
 
-func (nanRepo) Lookup(string, models.Task) (Pipeline, string, error) {
-	return nanModel{&fakeModel{}}, "emb", nil
+func (nanRepo) Acquire(string, models.Task) (Pipeline, string, func(), error) {
+	return nanModel{&fakeModel{}}, "emb", func() {}, nil
 }
 
 // TestNaNResponses: an output that JSON cannot carry is the 500 it was with encoding/json,

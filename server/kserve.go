@@ -339,11 +339,12 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p, name, err := s.repo.Lookup(mi.Name, task)
+	p, name, release, err := s.repo.Acquire(mi.Name, task)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	n := int64(len(texts))
 	var (
 		outs []InferOutput

@@ -29,8 +29,12 @@ type Pipeline interface {
 
 // Repository is what the server needs of the model repository.
 type Repository interface {
-	// Lookup finds a model by name; "" means the first model that does task.
-	Lookup(name string, task models.Task) (Pipeline, string, error)
+	// Acquire finds a model by name ("" means the first model that does task) and holds
+	// the generation now serving for one request: everything the request does with p
+	// goes to that generation, whatever reload happens meanwhile. model is its name. The
+	// caller must call release once done with p (a reload closes the generation it
+	// replaced only after that); calls after the first do nothing.
+	Acquire(name string, task models.Task) (p Pipeline, model string, release func(), err error)
 	// Model describes one model as it serves now, without its scheduling state; an
 	// unknown name is a *models.UnknownError.
 	Model(name string) (ModelInfo, error)
@@ -43,19 +47,24 @@ func FromModels(r *models.Repository) Repository { return repo{r} }
 
 type repo struct{ r *models.Repository }
 
-func (r repo) Lookup(name string, task models.Task) (Pipeline, string, error) {
+// A model generation is what a request runs on.
+var _ Pipeline = (*models.Model)(nil)
+
+func (r repo) Acquire(name string, task models.Task) (Pipeline, string, func(), error) {
+	var (
+		m       *models.Model
+		release func()
+		err     error
+	)
 	if name == "" {
-		h, ok := r.r.First(task)
-		if !ok {
-			return nil, "", &models.UnknownError{Kind: models.ErrUnknownModel, Name: "(any " + string(task) + " model)", Known: r.r.Names()}
-		}
-		return h, h.Name(), nil
+		m, release, err = r.r.AcquireFirst(task)
+	} else {
+		m, release, err = r.r.Acquire(name)
 	}
-	h, err := r.r.Handle(name)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return h, h.Name(), nil
+	return m, m.Name(), release, nil
 }
 
 func (r repo) Model(name string) (ModelInfo, error) {

@@ -172,11 +172,12 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 		badOpenAIRequest(w, r, "model", err.Error())
 		return
 	}
-	p, name, err := s.repo.Lookup(name, models.TaskEmbed)
+	p, name, release, err := s.repo.Acquire(name, models.TaskEmbed)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	dim := p.Dimension()
 	if d := req.Dimensions; d != nil && (*d <= 0 || (dim > 0 && *d != dim)) {
 		badOpenAIRequest(w, r, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, dim))

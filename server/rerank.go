@@ -102,11 +102,12 @@ func (s *Server) answerRerank(w http.ResponseWriter, r *http.Request, req *Reran
 	if !ok {
 		return
 	}
-	p, name, err := s.repo.Lookup(req.Model, models.TaskRerank)
+	p, name, release, err := s.repo.Acquire(req.Model, models.TaskRerank)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	scores, st, err := p.Rerank(r.Context(), req.Version, query, texts, models.RerankOptions{Truncate: truncate, Raw: req.RawScores})
 	if err != nil {
 		s.fail(w, r, err)
@@ -261,11 +262,12 @@ func (s *Server) openAIRerank(w http.ResponseWriter, r *http.Request) {
 		badOpenAIRequest(w, r, "model", err.Error())
 		return
 	}
-	p, name, err := s.repo.Lookup(name, models.TaskRerank)
+	p, name, release, err := s.repo.Acquire(name, models.TaskRerank)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	scores, st, err := p.Rerank(r.Context(), version, query, texts, models.RerankOptions{Truncate: truncate})
 	if err != nil {
 		s.fail(w, r, err)

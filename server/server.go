@@ -262,11 +262,12 @@ func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedR
 	if !s.checkInputs(w, r, req.Inputs, truncate) {
 		return
 	}
-	p, name, err := s.repo.Lookup(req.Model, models.TaskEmbed)
+	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	if d := dimensions; d != nil && (*d <= 0 || (p.Dimension() > 0 && *d != p.Dimension())) {
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, p.Dimension()))
 		return
@@ -293,11 +294,12 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, name, err := s.repo.Lookup(req.Model, models.TaskClassify)
+	p, name, release, err := s.repo.Acquire(req.Model, models.TaskClassify)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, inputs, models.ClassifyOptions{Truncate: truncate, Raw: req.RawScores})
 	if err != nil {
 		s.fail(w, r, err)

@@ -146,19 +146,19 @@ func (f *fakeModel) Tokenize(texts []string, addSpecial bool) ([][]tokenize.Toke
 
 type fakeRepo map[string]*fakeModel
 
-func (r fakeRepo) Lookup(name string, task models.Task) (Pipeline, string, error) {
+func (r fakeRepo) Acquire(name string, task models.Task) (Pipeline, string, func(), error) {
 	if name == "" { // the first by name that does task, as the real repository
 		for _, n := range slices.Sorted(maps.Keys(r)) {
 			if r[n].task == task {
-				return r[n], n, nil
+				return r[n], n, func() {}, nil
 			}
 		}
 	}
 	m, ok := r[name]
 	if !ok {
-		return nil, "", &models.UnknownError{Kind: models.ErrUnknownModel, Name: name}
+		return nil, "", nil, &models.UnknownError{Kind: models.ErrUnknownModel, Name: name}
 	}
-	return m, name, nil
+	return m, name, func() {}, nil
 }
 
 func (r fakeRepo) Describe() []ModelInfo {
@@ -418,9 +418,11 @@ func (b *blockingModel) Embed(ctx context.Context, version string, texts []strin
 
 type oneRepo struct{ p Pipeline }
 
-func (r oneRepo) Lookup(string, models.Task) (Pipeline, string, error) { return r.p, "emb", nil }
-func (r oneRepo) Describe() []ModelInfo                                { return nil }
-func (r oneRepo) Model(name string) (ModelInfo, error)                 { return modelIn(nil, name) }
+func (r oneRepo) Acquire(string, models.Task) (Pipeline, string, func(), error) {
+	return r.p, "emb", func() {}, nil
+}
+func (r oneRepo) Describe() []ModelInfo                { return nil }
+func (r oneRepo) Model(name string) (ModelInfo, error) { return modelIn(nil, name) }
 
 func TestInFlightCapAndDeadline(t *testing.T) {
 	cfg := DefaultConfig()

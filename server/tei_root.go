@@ -101,7 +101,7 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 // task, the task the body's shape asks for (text classification's "parameters", which
 // huggingface_hub always sends, or else embedding), so that InferenceClient(model=URL) finds
 // the classifier and the embedder of one server; else the first model. It asks the
-// repository by task (Lookup), as /embed does, not for every model's description: that
+// repository by task (Acquire), as /embed does, not for every model's description: that
 // carries each version's learned cost curve, which a request has no use for.
 func (s *Server) rootModel(name string, task models.Task) (ModelInfo, error) {
 	if name == "" {
@@ -116,16 +116,27 @@ func (s *Server) rootModel(name string, task models.Task) (ModelInfo, error) {
 // firstModel names the first model, by name, that does task; else the first of any task (the
 // least of each task's first); "" when there is none.
 func (s *Server) firstModel(task models.Task) string {
-	if _, name, err := s.repo.Lookup("", task); err == nil {
+	if name := s.firstOf(task); name != "" {
 		return name
 	}
 	first := ""
 	for _, t := range []models.Task{models.TaskEmbed, models.TaskClassify, models.TaskRerank} {
-		if _, name, err := s.repo.Lookup("", t); err == nil && (first == "" || name < first) {
+		if name := s.firstOf(t); name != "" && (first == "" || name < first) {
 			first = name
 		}
 	}
 	return first
+}
+
+// firstOf names the first model, by name, that does task; "" when there is none. It holds
+// the model only to learn its name: the request acquires it again, by that name.
+func (s *Server) firstOf(task models.Task) string {
+	_, name, release, err := s.repo.Acquire("", task)
+	if err != nil {
+		return ""
+	}
+	release()
+	return name
 }
 
 func (s *Server) rootEmbed(w http.ResponseWriter, r *http.Request, req *RootRequest, model string, start time.Time) {
@@ -201,11 +212,12 @@ func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootR
 	if !ok {
 		return
 	}
-	p, name, err := s.repo.Lookup(model, models.TaskClassify)
+	p, name, release, err := s.repo.Acquire(model, models.TaskClassify)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Raw: raw})
 	if err != nil {
 		s.fail(w, r, err)

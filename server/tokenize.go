@@ -35,11 +35,12 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	if !s.checkInputs(w, r, req.Inputs, s.cfg.AutoTruncate) {
 		return
 	}
-	p, _, err := s.repo.Lookup(req.Model, models.TaskEmbed)
+	p, _, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	toks, err := p.Tokenize(req.Inputs, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	if err != nil {
 		s.fail(w, r, err)

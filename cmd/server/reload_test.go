@@ -3,7 +3,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,22 +48,35 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	write("model.yaml", cfg("int8.onnx"))
 	url := startServer(t, "--models", root, "--reload-interval", "50ms")
 
+	// Load runs off the test goroutine, where a failure must not call t.Fatal: each request
+	// reports what went wrong as an error, and the test goroutine reports the first few.
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var ok, bad atomic.Int64
+	var mu sync.Mutex
+	var failures []error
 	for range 4 {
 		wg.Go(func() {
 			for !stop.Load() {
-				var preds []struct{ Label string }
-				resp := postJSON(t, url+"/predict", map[string]any{"inputs": negativeReview}, &preds)
-				if resp.StatusCode == 200 && len(preds) == 2 && preds[0].Label == "negative" {
-					ok.Add(1)
-				} else {
+				if err := predictNegative(url); err != nil {
 					bad.Add(1)
+					mu.Lock()
+					if len(failures) < 5 {
+						failures = append(failures, err)
+					}
+					mu.Unlock()
+					continue
 				}
+				ok.Add(1)
 			}
 		})
 	}
+	// However the test ends, the load stops before the server does (t.Cleanup).
+	stopLoad := func() {
+		stop.Store(true)
+		wg.Wait()
+	}
+	defer stopLoad()
 	info := func() (reloads int, reloadErr string) {
 		var in struct {
 			Models []struct {
@@ -78,8 +95,15 @@ func TestHotReloadUnderLoad(t *testing.T) {
 			}
 		}
 	}
+	// answered waits until the load has had more answers, whichever generation serves them
+	// (or a failure, which the end reports).
+	answered := func(what string) {
+		t.Helper()
+		mark := ok.Load() + 20
+		waitFor(what, func() bool { return ok.Load() >= mark || bad.Load() > 0 })
+	}
 
-	time.Sleep(200 * time.Millisecond)
+	answered("answers before any reload")
 	write("corrupt.onnx", []byte("not an onnx model"))
 	write("model.yaml", cfg("corrupt.onnx"))
 	waitFor("the failed reload", func() bool { _, e := info(); return e != "" })
@@ -89,18 +113,46 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	if !strings.Contains(why, "sentiment/int8") {
 		t.Errorf("reload error %q does not name the version", why)
 	}
-	time.Sleep(200 * time.Millisecond) // the old generation keeps serving
+	answered("answers from the old generation after the failed reload")
 
 	write("model.yaml", cfg("int8.onnx"))
 	waitFor("the good reload", func() bool { n, e := info(); return n > before && e == "" })
 	if m := get(t, url+"/metrics"); !strings.Contains(m, `ortserve_execution_provider_info{model="sentiment",provider="CPUExecutionProvider",version="int8"} 1`) {
 		t.Error("the provider metric lost the reloaded version")
 	}
-	time.Sleep(200 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
+	answered("answers from the new generation")
+	stopLoad()
 	if bad.Load() != 0 || ok.Load() == 0 {
-		t.Errorf("%d requests failed and %d succeeded across the reloads", bad.Load(), ok.Load())
+		t.Errorf("%d requests failed and %d succeeded across the reloads; the first failures: %v", bad.Load(), ok.Load(), failures)
 	}
 	t.Logf("%d requests answered across a failed and a good reload", ok.Load())
+}
+
+// predictNegative posts negativeReview to /predict and checks that it is labelled negative,
+// with both labels scored. It reports any failure as an error, for a goroutine of load.
+func predictNegative(url string) error {
+	body, err := json.Marshal(map[string]any{"inputs": negativeReview})
+	if err != nil {
+		return err
+	}
+	resp, err := http.Post(url+"/predict", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/predict: %d %s", resp.StatusCode, raw)
+	}
+	var preds []struct{ Label string }
+	if err := json.Unmarshal(raw, &preds); err != nil {
+		return fmt.Errorf("/predict: %w: %s", err, raw)
+	}
+	if len(preds) != 2 || preds[0].Label != "negative" {
+		return fmt.Errorf("/predict: %s, want negative first of two labels", raw)
+	}
+	return nil
 }
