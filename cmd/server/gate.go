@@ -17,7 +17,6 @@ import (
 	"github.com/ortserve/ortserve/bench/gate"
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
-	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/tokenize"
 )
@@ -464,11 +463,8 @@ func chunkTexts(m *models.Model, texts []string, size int) ([][]int, error) {
 // dynamically (int8: one scale per batch) gives the same outputs on every run. With four
 // chunks in flight, the int8 sentiment's accuracy on the polarity test split came out 77.0%,
 // 75.5% and 75.8% on three runs of the same command, and the verdict flipped; sequential
-// chunks lost under 10% of the throughput on two cores. Each chunk asks to be one batch
-// (runtime.WithWholeBatch): the cost-aware batcher would otherwise split it where its
-// learned cost curve, which differs a little from run to run, says.
+// chunks lost under 10% of the throughput on two cores.
 func runTexts(ctx context.Context, m *models.Model, version string, texts []string, chunks [][]int, bar *progress) (versionRun, error) {
-	ctx = runtime.WithWholeBatch(ctx)
 	out := make([][]float32, len(texts))
 	batch := make([]string, 0, gateChunk)
 	done := 0

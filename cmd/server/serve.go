@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	goruntime "runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -205,7 +204,7 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 		pool.Close()
 		return nil, err
 	}
-	if err := pool.Calibrate(context.Background(), calibrationBatches(cfg.MaxBatchSize, cfg.Packing && pool.Packs()), b.calibration); err != nil {
+	if err := pool.Calibrate(context.Background(), runtime.CalibrationBatches(cfg.MaxBatchSize, cfg.Packing && pool.Packs()), b.calibration); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -218,44 +217,6 @@ func (b *backend) Executor(spec models.ExecSpec) (models.Executor, error) {
 		logCost(b.log, spec, bt.State())
 	}
 	return batchExecutor{bt, pool}, nil
-}
-
-// calibrationBatches are the shapes a version's cost model is seeded with, cheapest first:
-// batches of 1, 2, 4, … up to most rows, at two lengths, so that the fit sees both what rows
-// and what padding cost; packed, one row of 16, 32, … up to runtime.MaxPackTokens tokens,
-// and 2, 4 and 8 rows of 32 and 64, so that the fit tells a row's attention, the square of
-// its length, from the cost of another row (packed batches may run as several rows). The mask's
-// values do not change what a shape costs. Pool.Calibrate stops at its budget, so a slow
-// device measures the small shapes and learns the large ones from the batches it serves.
-func calibrationBatches(most int, packed bool) []tokenize.Batch {
-	type shape struct{ rows, cols int }
-	var shapes []shape
-	switch {
-	case packed:
-		for cols := 16; cols <= runtime.MaxPackTokens; cols *= 2 {
-			shapes = append(shapes, shape{1, cols})
-		}
-		for _, cols := range []int{32, 64} {
-			for rows := 2; rows <= min(8, most); rows *= 2 {
-				shapes = append(shapes, shape{rows, cols})
-			}
-		}
-	default:
-		for _, cols := range []int{16, 48} {
-			for rows := 1; ; rows *= 2 {
-				shapes = append(shapes, shape{min(rows, most), cols})
-				if rows >= most {
-					break
-				}
-			}
-		}
-	}
-	slices.SortStableFunc(shapes, func(a, b shape) int { return a.rows*a.cols - b.rows*b.cols })
-	out := make([]tokenize.Batch, len(shapes))
-	for i, s := range shapes {
-		out[i] = syntheticBatch(s.rows, s.cols)
-	}
-	return out
 }
 
 // logControl logs the SLO controller's decisions that change a budget, at most one line a
@@ -358,25 +319,10 @@ func firstErr(errs []error) error {
 // serves: the first runs of a shape allocate memory (and on CUDA pick kernels).
 var warmUpShapes = [][2]int{{1, 16}, {4, 16}, {1, 64}, {4, 64}}
 
-// syntheticBatch is rows texts of cols [CLS]-like ids, the shape that warm-up and
-// calibration run.
-func syntheticBatch(rows, cols int) tokenize.Batch {
-	encs := make([]tokenize.Encoding, rows)
-	for i := range encs {
-		ids := make([]int64, cols)
-		for j := range ids {
-			ids[j] = 1000 + int64(j)
-		}
-		ids[0], ids[len(ids)-1] = 101, 102
-		encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, cols)}
-	}
-	return tokenize.Pad(encs)
-}
-
 // warmUp runs a session on warmUpShapes.
 func warmUp(ctx context.Context, s runtime.Session) error {
 	for _, sh := range warmUpShapes {
-		if _, err := s.Run(ctx, syntheticBatch(sh[0], sh[1])); err != nil {
+		if _, err := s.Run(ctx, runtime.SyntheticBatch(sh[0], sh[1])); err != nil {
 			return err
 		}
 	}

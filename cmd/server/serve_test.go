@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/runtime/ort"
-	"github.com/ortserve/ortserve/tokenize"
 )
 
 // A bad file stops `server serve` with exit code 2 before anything loads.
@@ -41,28 +39,6 @@ func TestPackingOn(t *testing.T) {
 		if got := packingOn(tc.mode, tc.provider); got != tc.want {
 			t.Errorf("packingOn(%q, %s) = %v, want %v", tc.mode, tc.provider, got, tc.want)
 		}
-	}
-}
-
-// A version's cost model is seeded with the shapes its batches will have: padded rows × tokens
-// up to the max batch, or, packed, one row of up to runtime.MaxPackTokens tokens; cheapest
-// first, since calibration stops at its budget.
-func TestCalibrationBatches(t *testing.T) {
-	shapes := func(bs []tokenize.Batch) string {
-		var s []string
-		for _, b := range bs {
-			s = append(s, fmt.Sprintf("%dx%d", b.Rows, b.Cols))
-		}
-		return strings.Join(s, " ")
-	}
-	if got, want := shapes(calibrationBatches(4, false)), "1x16 2x16 1x48 4x16 2x48 4x48"; got != want {
-		t.Errorf("padded: %s, want %s", got, want)
-	}
-	if got, want := shapes(calibrationBatches(32, true)), "1x16 1x32 1x64 2x32 1x128 4x32 2x64 1x256 8x32 4x64 1x512 8x64"; got != want {
-		t.Errorf("packed: %s, want %s", got, want)
-	}
-	if got, want := shapes(calibrationBatches(4, true)), "1x16 1x32 1x64 2x32 1x128 4x32 2x64 1x256 4x64 1x512"; got != want {
-		t.Errorf("packed, at most 4 rows: %s, want %s", got, want)
 	}
 }
 
