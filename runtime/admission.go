@@ -41,25 +41,28 @@ func (e *OverloadError) Unwrap() error { return e.Err }
 // is predicted to take to drain by half.
 func (b *Batcher) queueFull() error {
 	b.obs.Refused("queue_full")
-	per := math.Float64frombits(b.perRow.Load())
-	wait := time.Duration(per * float64(b.queuedReqs.Load()) / 2 / float64(b.pool.Size()) * float64(time.Second))
+	per := math.Float64frombits(b.gauges.perRow.Load())
+	wait := time.Duration(per * float64(b.gauges.requests.Load()) / 2 / float64(b.pool.Size()) * float64(time.Second))
 	return &OverloadError{Err: ErrQueueFull, Reason: "queue_full", RetryAfter: wait}
 }
 
 // admit decides whether r may wait: when the latency predicted for it, from its arrival,
 // fits the SLO controller's budget and its own deadline. A request is never refused when
 // nothing is ahead of it.
-func (b *Batcher) admit(r *request) {
+func (l *loop) admit(r *request) {
+	b := l.b
 	now := time.Now()
 	longest := 0
 	for _, e := range r.encs {
 		longest = max(longest, e.Len())
 	}
-	ahead := b.predictAhead(now, longest)
+	ahead := l.predictAhead(now, longest)
 	// The request's own rows run on up to as many sessions as it has rows.
-	own := b.discounted(b.price(r)) / time.Duration(min(len(r.encs), b.pool.Size()))
+	own := l.discounted(l.price(r)) / time.Duration(min(len(r.encs), b.pool.Size()))
 	predicted := now.Sub(r.arrived) + ahead + own
-	r.predicted = predicted
+	r.reply.mu.Lock()
+	r.reply.predicted = predicted
+	r.reply.mu.Unlock()
 	refuse := func(err error, reason string, budget time.Duration) {
 		b.release(r)
 		b.obs.Refused(reason)
@@ -69,11 +72,7 @@ func (b *Batcher) admit(r *request) {
 		// Retry when the queue is predicted to have drained by the excess, and not sooner
 		// than half the wait that was ahead of the request.
 		retry := max(predicted-budget, ahead/2)
-		r.mu.Lock()
-		r.err = &OverloadError{Err: err, Reason: reason, Predicted: predicted, Budget: budget, RetryAfter: retry}
-		r.left = 0
-		close(r.done)
-		r.mu.Unlock()
+		r.reply.refuse(&OverloadError{Err: err, Reason: reason, Predicted: predicted, Budget: budget, RetryAfter: retry})
 	}
 	if ahead > 0 {
 		if dl, ok := r.ctx.Deadline(); ok && now.Add(ahead+own).After(dl) {
@@ -90,19 +89,19 @@ func (b *Batcher) admit(r *request) {
 	if b.ctl != nil {
 		b.ctl.admitted()
 	}
-	b.enqueue(r)
+	l.enqueue(r)
 }
 
 // price sets r's rows' batch-of-one costs, once, and returns their sum.
-func (b *Batcher) price(r *request) time.Duration {
+func (l *loop) price(r *request) time.Duration {
 	var sum time.Duration
-	if r.single == nil {
-		r.single = make([]time.Duration, len(r.encs))
+	if r.wait.single == nil {
+		r.wait.single = make([]time.Duration, len(r.encs))
 		for i, e := range r.encs {
-			r.single[i] = b.cost.Predict(1, e.Len())
+			r.wait.single[i] = l.b.cost.Predict(1, e.Len())
 		}
 	}
-	for _, d := range r.single {
+	for _, d := range r.wait.single {
 		sum += d
 	}
 	return sum
@@ -110,8 +109,8 @@ func (b *Batcher) price(r *request) time.Duration {
 
 // discounted is batch-of-one time d as the session is predicted to spend it: scaled by the
 // measured discount.
-func (b *Batcher) discounted(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * b.discount)
+func (l *loop) discounted(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * l.discount)
 }
 
 // predictAhead is how long a request whose longest row has n tokens, arriving now, is
@@ -119,55 +118,17 @@ func (b *Batcher) discounted(d time.Duration) time.Duration {
 // served before it, spread over the sessions. Served shortest first, those are the rows of
 // at most n tokens (rows that come due before it is served, and rows shorter than it that
 // arrive after it, are not foreseen); in arrival order, the whole queue.
-func (b *Batcher) predictAhead(now time.Time, n int) time.Duration {
-	if b.free > 0 && len(b.queue) == 0 {
+func (l *loop) predictAhead(now time.Time, n int) time.Duration {
+	if l.free > 0 && l.q.len() == 0 {
 		return 0 // a session is free: the request runs at once
 	}
-	queued := b.queued.total
-	if b.cfg.Order != OrderArrival {
-		queued = b.queued.upTo(n)
+	queued := l.q.work.total
+	if l.b.cfg.Order != OrderArrival {
+		queued = l.q.work.upTo(n)
 	}
-	work := b.discounted(queued)
-	for _, run := range b.runs {
+	work := l.discounted(queued)
+	for _, run := range l.runs {
 		work += max(0, run.end.Sub(now))
 	}
-	return work / time.Duration(b.pool.Size())
-}
-
-// queueWork is the queue's work in batch-of-one time, in all and by row length: the work of
-// the rows up to n tokens is then a prefix sum, kept in a Fenwick tree over lengths, so that
-// admission makes no walk of the queue.
-type queueWork struct {
-	total time.Duration
-	byLen []time.Duration // the tree, 1-based; rows past maxTrackedLen count as maxTrackedLen
-}
-
-// maxTrackedLen is the longest row length queueWork tells apart.
-const maxTrackedLen = 1024
-
-func (w *queueWork) add(n int, d time.Duration) {
-	if w.byLen == nil {
-		w.byLen = make([]time.Duration, maxTrackedLen+1)
-	}
-	w.total += d
-	for i := min(max(n, 1), maxTrackedLen); i <= maxTrackedLen; i += i & -i {
-		w.byLen[i] += d
-	}
-}
-
-// upTo is the work of the rows of at most n tokens.
-func (w *queueWork) upTo(n int) time.Duration {
-	var sum time.Duration
-	if w.byLen == nil {
-		return 0
-	}
-	for i := min(max(n, 1), maxTrackedLen); i > 0; i -= i & -i {
-		sum += w.byLen[i]
-	}
-	return sum
-}
-
-func (w *queueWork) reset() {
-	w.total = 0
-	clear(w.byLen)
+	return work / time.Duration(l.b.pool.Size())
 }

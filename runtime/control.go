@@ -148,23 +148,7 @@ func (c *controller) snapshot() ControlState {
 	return c.state
 }
 
-type (
-	arrivalKey struct{}
-	wholeKey   struct{}
-)
-
-// WithWholeBatch asks that the request's rows go into one batch of their own, split only by
-// MaxBatchSize and MaxBatchTokens, whatever the cost model would choose: batches whose
-// composition is known in advance, for a graph whose answers depend on batch-mates (dynamic
-// int8), as `server gate` measures its fixed chunks.
-func WithWholeBatch(ctx context.Context) context.Context {
-	return context.WithValue(ctx, wholeKey{}, true)
-}
-
-func wholeBatch(ctx context.Context) bool {
-	w, _ := ctx.Value(wholeKey{}).(bool)
-	return w
-}
+type arrivalKey struct{}
 
 // WithArrival records in ctx when the request arrived (at the server, before tokenization),
 // so that the batcher's admission and SLO controller count the time spent before it.

@@ -142,33 +142,29 @@ func (p *Pool) acquire(ctx context.Context) (Session, error) {
 	}
 }
 
-// Calibrate seeds the cost model: it runs each batch twice on one session, the first run
-// warming the shape up (on CUDA it picks kernels), and records the second. It stops early,
-// without error, once budget has passed, so a slow device measures fewer shapes; give the
-// batches cheapest first. It is meant for start-up, before the pool serves: then it runs on
-// the first of the sessions NewPool was given, which it warms up (serve does not warm that
-// one again).
-func (p *Pool) Calibrate(ctx context.Context, batches []tokenize.Batch, budget time.Duration) error {
-	s, err := p.acquire(ctx)
+// RunBatch runs encs as one batch on a free session, laid out as a Batcher lays out a batch
+// of them: packed, end to end in the rows packRows chooses on the pool's cost model
+// (tokenize.PackRows), or padded (tokenize.Pad); and returns one tensor per encoding, in
+// order. It is for batches whose composition must be known in advance, such as `server
+// gate`'s fixed chunks on a graph whose answers depend on batch-mates (dynamic int8): no
+// bound splits them, so the caller sizes them. packed needs a pool that packs (Packs).
+func (p *Pool) RunBatch(ctx context.Context, encs []tokenize.Encoding, packed bool) ([]Tensor, error) {
+	if len(encs) == 0 {
+		return nil, nil
+	}
+	if packed && !p.Packs() {
+		return nil, errors.New("runtime: a packed batch on sessions that do not pack: run it padded")
+	}
+	lens := make([]int, len(encs))
+	for i, e := range encs {
+		lens[i] = e.Len()
+	}
+	in := layOut(encs, layout(lens, packed, p.cost.Predict))
+	out, err := p.Run(ctx, in)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer func() { p.free <- s }()
-	start := time.Now()
-	for _, b := range batches {
-		if _, err := s.Run(ctx, b); err != nil {
-			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
-		}
-		t := time.Now()
-		if _, err := s.Run(ctx, b); err != nil {
-			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
-		}
-		p.cost.Observe(b.Rows, b.Cols, time.Since(t), true)
-		if time.Since(start) > budget {
-			break
-		}
-	}
-	return nil
+	return split(out, in), nil
 }
 
 // Close waits for running batches to finish, then closes every session. Runs that are

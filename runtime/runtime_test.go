@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -182,4 +183,76 @@ func TestTensorSegments(t *testing.T) {
 		!slices.Equal(segs[0].Shape, []int64{3, 1}) || !slices.Equal(segs[1].Shape, []int64{2, 1}) {
 		t.Errorf("segments of two rows: %+v", segs)
 	}
+}
+
+// recorder is a packingSession that keeps every batch it runs.
+type recorder struct {
+	packingSession
+	batches []tokenize.Batch
+}
+
+func (r *recorder) Run(ctx context.Context, b tokenize.Batch) (runtime.Tensor, error) {
+	r.mu.Lock()
+	r.batches = append(r.batches, b)
+	r.mu.Unlock()
+	return r.packingSession.Run(ctx, b)
+}
+
+// RunBatch runs its texts as one batch, whatever the bounds a batcher would split them by,
+// laid out as the batcher lays out a batch of them, and answers each text with its own
+// outputs.
+func TestPoolRunBatch(t *testing.T) {
+	// A fixed cost worth sharing, and attention's: the batcher takes every text into one
+	// batch, packed in several rows.
+	cost := attentionCost(50*time.Millisecond, time.Microsecond, time.Microsecond)
+	encs := []tokenize.Encoding{enc(1, 40), enc(2, 8), enc(3, 36), enc(4, 12), enc(5, 30)}
+	for _, packed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("packed %v", packed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{packingSession: packingSession{fakeSession{cost: cost}}}
+				pool := runtime.NewPool([]runtime.Session{rec})
+				if err := pool.Calibrate(t.Context(), runtime.CalibrationBatches(8, packed), time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				c := runtime.DefaultBatchConfig()
+				c.Packing = packed
+				b := runtime.NewBatcher(c, pool, nil)
+				defer b.Close()
+				rec.batches = nil
+				viaBatcher, _, err := b.Execute(t.Context(), encs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				direct, err := pool.RunBatch(t.Context(), encs, packed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rec.batches) != 2 {
+					t.Fatalf("%d batches, want one from the batcher and one from RunBatch", len(rec.batches))
+				}
+				got, want := rec.batches[1], rec.batches[0]
+				if got.Rows != want.Rows || got.Cols != want.Cols || got.Packed != packed || !slices.Equal(got.InputIDs, want.InputIDs) ||
+					!slices.Equal(got.AttentionMask, want.AttentionMask) || !slices.Equal(got.Starts, want.Starts) {
+					t.Errorf("RunBatch ran a %d×%d batch, the batcher a %d×%d one, or laid them out otherwise", got.Rows, got.Cols, want.Rows, want.Cols)
+				}
+				if packed && got.Rows < 2 {
+					t.Errorf("a packed batch of one row: attention should make several rows cheaper")
+				}
+				for i, o := range direct {
+					if o.Data[0] != float32(i+1) || !slices.Equal(o.Shape, viaBatcher[i].Shape) || !slices.Equal(o.Data, viaBatcher[i].Data) {
+						t.Errorf("text %d: %v directly, %v through the batcher", i, o, viaBatcher[i])
+					}
+				}
+			})
+		})
+	}
+	t.Run("packed on sessions that do not pack", func(t *testing.T) {
+		pool := runtime.NewPool([]runtime.Session{&fakeSession{}})
+		if _, err := pool.RunBatch(t.Context(), encs, true); err == nil {
+			t.Error("no error")
+		}
+		if out, err := pool.RunBatch(t.Context(), nil, false); out != nil || err != nil {
+			t.Errorf("no texts: %v, %v", out, err)
+		}
+	})
 }

@@ -39,7 +39,7 @@ func (b *Batcher) State() SchedulerState {
 		s.Cost.Coefficients[i] = math.Round(k*1e6) / 1e6
 	}
 	s.Cost.Curve = b.cost.Curve(curveRows(b.cfg.MaxBatchSize), CurveTokens, b.pack)
-	s.Cost.Discount = round3(math.Float64frombits(b.discountBits.Load()))
+	s.Cost.Discount = round3(math.Float64frombits(b.gauges.discount.Load()))
 	if b.ctl != nil {
 		st := b.ctl.snapshot()
 		s.SLO = &st

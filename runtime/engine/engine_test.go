@@ -82,6 +82,27 @@ func cmpOr(s, d string) string {
 	return s
 }
 
+// load loads a version of one of the built models on e, and tokenizes texts with its
+// tokenizer; the version closes with the test.
+func load(t *testing.T, e *engine.Engine, model, version, output string) (*engine.Version, []tokenize.Encoding) {
+	t.Helper()
+	v, err := e.Load(t.Context(), models.ExecSpec{Model: model, Version: version, Path: filepath.Join(modelDir(model), version+".onnx"), Output: output})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	tok, err := e.Tokenizer(filepath.Join(modelDir(model), "tokenizer.json"), 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	encs, err := tok.Encode(texts, tokenize.Options{Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, encs
+}
+
 // A version's sessions follow GOMAXPROCS, which follows the CPU limit of a container, not the
 // host's cores: a pod limited to 2 CPUs on a 64-core node opens 2 sessions per version.
 func TestSessionsFollowGOMAXPROCS(t *testing.T) {
@@ -101,20 +122,7 @@ func TestVersion(t *testing.T) {
 	e := cpuEngine(t, engine.Config{Sessions: 1, Calibration: 50 * time.Millisecond})
 	for _, version := range []string{"fp32", "int8"} {
 		t.Run(version, func(t *testing.T) {
-			v, err := e.Load(t.Context(), models.ExecSpec{Model: "minilm", Version: version, Path: filepath.Join(modelDir("minilm"), version+".onnx"), Output: "last_hidden_state"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer v.Close()
-			tok, err := e.Tokenizer(filepath.Join(modelDir("minilm"), "tokenizer.json"), 256)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tok.Close()
-			encs, err := tok.Encode(texts, tokenize.Options{Truncate: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			v, encs := load(t, e, "minilm", version, "last_hidden_state")
 			fixed, err := v.RunFixed(t.Context(), encs)
 			if err != nil {
 				t.Fatal(err)
@@ -159,20 +167,7 @@ func TestRunFixedSplits(t *testing.T) {
 	c.Batch = runtime.DefaultBatchConfig()
 	c.Batch.MaxBatchSize = 3
 	e := cpuEngine(t, c)
-	v, err := e.Load(t.Context(), models.ExecSpec{Model: "sentiment", Version: "fp32", Path: filepath.Join(modelDir("sentiment"), "fp32.onnx"), Output: "logits"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
-	tok, err := e.Tokenizer(filepath.Join(modelDir("sentiment"), "tokenizer.json"), 256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tok.Close()
-	encs, err := tok.Encode(texts, tokenize.Options{Truncate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, encs := load(t, e, "sentiment", "fp32", "logits")
 	out, err := v.RunFixed(t.Context(), encs)
 	if err != nil {
 		t.Fatal(err)
@@ -194,11 +189,7 @@ func TestRunFixedSplits(t *testing.T) {
 func TestLogPlacement(t *testing.T) {
 	var logs bytes.Buffer
 	e := cpuEngine(t, engine.Config{Sessions: 1, Calibration: time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	v, err := e.Load(t.Context(), models.ExecSpec{Model: "minilm", Version: "int8", Path: filepath.Join(modelDir("minilm"), "int8.onnx"), Output: "last_hidden_state"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Close()
+	load(t, e, "minilm", "int8", "last_hidden_state")
 	line := regexp.MustCompile(`level=INFO msg=placement model=minilm version=int8 provider=CPUExecutionProvider nodes=\d+ quantized=[1-9]\d* placed=all:CPUExecutionProvider took=`)
 	if !line.MatchString(logs.String()) || strings.Contains(logs.String(), "WARN") || !strings.Contains(logs.String(), `msg="cost model calibrated" model=minilm version=int8`) {
 		t.Errorf("log:\n%s", logs.String())

@@ -58,7 +58,7 @@ func TestPackRows(t *testing.T) {
 	}
 }
 
-// BenchmarkPackWidth is what laying out packed batches costs formPacked at its largest: one
+// BenchmarkPackWidth is what laying out packed batches costs the planner at its largest: one
 // packWidth for each candidate of a batch grown to 32 texts of bench's lengths, on a cost model
 // fitted to a CPU-like curve (int8's on one core, as /info showed it).
 func BenchmarkPackWidth(b *testing.B) {
