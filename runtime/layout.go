@@ -8,8 +8,8 @@ import (
 )
 
 // Layout: how the texts of one batch are laid out in its tensors, padded or packed. The
-// batcher's batches and Pool.RunBatch's are laid out by the same functions, so that a batch
-// run directly is the batch the batcher would have run.
+// batcher's batches and Pool.RunFixed's are laid out by the same functions: RunFixed's on a
+// cost that is the same for every layout.
 
 // MaxPackTokens bounds a packed batch's row. Attention costs the square of the whole row's
 // length, in time and in memory (heads × tokens² scores per layer), so past a few hundred

@@ -142,13 +142,20 @@ func (p *Pool) acquire(ctx context.Context) (Session, error) {
 	}
 }
 
-// RunBatch runs encs as one batch on a free session, laid out as a Batcher lays out a batch
-// of them: packed, end to end in the rows packRows chooses on the pool's cost model
-// (tokenize.PackRows), or padded (tokenize.Pad); and returns one tensor per encoding, in
-// order. It is for batches whose composition must be known in advance, such as `server
-// gate`'s fixed chunks on a graph whose answers depend on batch-mates (dynamic int8): no
-// bound splits them, so the caller sizes them. packed needs a pool that packs (Packs).
-func (p *Pool) RunBatch(ctx context.Context, encs []tokenize.Encoding, packed bool) ([]Tensor, error) {
+// RunFixed runs encs as one batch on a free session and returns one tensor per encoding, in
+// order. Its layout depends on encs alone, never on what the pool's cost model has learned:
+// packed, one row of every text end to end (tokenize.PackRows); padded, one text a row
+// (tokenize.Pad). The same encodings then always make the same tensors, so that a graph whose
+// answers depend on its batch-mates (dynamic int8) answers the same on every run, as `server
+// gate`'s fixed chunks need. No bound splits the batch, so the caller sizes it. packed needs a
+// pool that packs (Packs).
+func (p *Pool) RunFixed(ctx context.Context, encs []tokenize.Encoding, packed bool) ([]Tensor, error) {
+	// With every layout predicted to cost nothing, packRows takes one row.
+	return p.runLaidOut(ctx, encs, packed, func(int, int) time.Duration { return 0 })
+}
+
+// runLaidOut runs encs as one batch laid out on cost (layout).
+func (p *Pool) runLaidOut(ctx context.Context, encs []tokenize.Encoding, packed bool, cost func(rows, cols int) time.Duration) ([]Tensor, error) {
 	if len(encs) == 0 {
 		return nil, nil
 	}
@@ -159,7 +166,7 @@ func (p *Pool) RunBatch(ctx context.Context, encs []tokenize.Encoding, packed bo
 	for i, e := range encs {
 		lens[i] = e.Len()
 	}
-	in := layOut(encs, layout(lens, packed, p.cost.Predict))
+	in := layOut(encs, layout(lens, packed, cost))
 	out, err := p.Run(ctx, in)
 	if err != nil {
 		return nil, err

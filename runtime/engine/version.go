@@ -67,15 +67,16 @@ func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, erro
 
 // RunFixed runs encs in order as batches of their own, straight on the pool, bypassing the
 // batcher: consecutive encodings up to the version's max batch size and token budget go
-// together, each batch laid out as the batcher would lay it out. Whatever else is queued,
-// the same encodings always make the same batches, so a graph whose answers depend on its
-// batch-mates (dynamic int8) answers the same on every run: what `server gate` needs of its
-// fixed chunks. It returns one tensor per encoding.
+// together, each batch laid out by its encodings alone (runtime.Pool.RunFixed). Whatever
+// else is queued, and whatever the pool has learned, the same encodings always make the same
+// batches, so a graph whose answers depend on its batch-mates (dynamic int8) answers the same
+// on every run: what `server gate` needs of its fixed chunks. It returns one tensor per
+// encoding.
 func (v *Version) RunFixed(ctx context.Context, encs []tokenize.Encoding) ([]runtime.Tensor, error) {
 	out := make([]runtime.Tensor, 0, len(encs))
 	for len(encs) > 0 {
 		n := v.fits(encs)
-		res, err := v.pool.RunBatch(ctx, encs[:n], v.packed)
+		res, err := v.pool.RunFixed(ctx, encs[:n], v.packed)
 		if err != nil {
 			return nil, err
 		}
