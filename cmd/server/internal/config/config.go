@@ -37,11 +37,11 @@ type Serve struct {
 	Threads  int // intra-op threads per session; 0: 1 on CPU, ORT's default on CUDA
 	Batch    runtime.BatchConfig
 	// Calibration is how long each version measures its cost curve before it serves
-	// (cmd/server's calibrationBatches): at least its smallest batch, then larger ones until
+	// (runtime.CalibrationBatches): at least its smallest batch, then larger ones until
 	// this has passed.
 	Calibration time.Duration
 	// Packing is auto, on or off: whether Batch.Packing is set, auto on the CPU only
-	// (cmd/server's packingOn).
+	// (engine.PackingOn).
 	Packing string
 	// Grace bounds everything after SIGTERM, DrainDelay included (cmd/server's
 	// frontEnd.shutdown).
