@@ -31,6 +31,20 @@ type batchCounter struct {
 
 func (o *batchCounter) Batch(rows, _, _ int) { o.batches.Add(1); o.rows.Add(int64(rows)) }
 
+// queueWatch signals when the batcher reports n requests queued.
+type queueWatch struct {
+	runtime.NopObserver
+	n       int
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (o *queueWatch) Queue(requests, _ int) {
+	if requests >= o.n {
+		o.once.Do(func() { close(o.reached) })
+	}
+}
+
 // BenchmarkBatcher is the cost of one Execute of a one-text request (12 tokens) through the
 // batcher and a pool of two no-op sessions, from 1 and from 64 concurrent callers. The
 // batching window is 0: a lone caller would otherwise wait it out (5 ms by default) on every
@@ -99,17 +113,15 @@ func BenchmarkAdmitDeepQueue(b *testing.B) {
 			}
 			c := runtime.DefaultBatchConfig()
 			c.MaxQueueRequests = 2 * queued
-			bt := runtime.NewBatcher(c, pool, nil)
+			watch := &queueWatch{n: queued, reached: make(chan struct{})}
+			bt := runtime.NewBatcher(c, pool, watch)
 			hold := make(chan struct{})
 			g.hold.Store(&hold)
 			var wg sync.WaitGroup
 			for range queued + 1 { // one runs (held), the rest wait
 				wg.Go(func() { bt.Execute(context.Background(), []tokenize.Encoding{enc(7, 12)}) })
 			}
-			for bt.State().Cost.Observations == 2 && pool.InUse() == 0 {
-				time.Sleep(time.Millisecond)
-			}
-			time.Sleep(50 * time.Millisecond) // let the loop take them all in
+			<-watch.reached // one runs, held, and the rest are queued
 			encs := []tokenize.Encoding{enc(7, 12)}
 			b.ResetTimer()
 			for b.Loop() {
