@@ -247,7 +247,7 @@ func TestTimingOverloadSLO(t *testing.T) {
 		if at.Sub(start) > overloadBurst {
 			break
 		}
-		time.Sleep(time.Until(at))
+		time.Sleep(time.Until(at)) // the arrival schedule, not a wait for anything
 		select {
 		case sem <- struct{}{}:
 		default:

@@ -229,11 +229,11 @@ func TestDrainDelayKeepsServing(t *testing.T) {
 	t.Logf("drain delay %v, grace %v: exit 0 after %v", drain, grace, took.Round(time.Millisecond))
 }
 
-// SIGTERM while keep-alive clients send at 0.7× capacity, the signal sent the moment a
-// request has been written on a connection that was idle: no request written before the
-// signal gets a transport error. http.Server.Shutdown alone would close that connection under
-// its unread request (minDrain). It checks no time: the rate only shapes the load, whatever
-// the machine.
+// SIGTERM while keep-alive clients send at 0.7× capacity, the signal sent the moment a burst
+// of requests has been written on connections that were idle: no request written before the
+// signal gets a transport error. http.Server.Shutdown alone closed such a connection under
+// its unread request; serve now reads on for minDrain first. It checks no time: the rate only
+// shapes the load, whatever the machine.
 func TestSIGTERMKeepAliveClients(t *testing.T) {
 	t.Parallel()
 	c := startChild(t, "--models", versionRepo(t, "minilm", "int8"), "--device", "cpu", "--grace", "30s", "--reload-interval", "0s")
@@ -263,20 +263,22 @@ func TestSIGTERMKeepAliveClients(t *testing.T) {
 	wg.Wait()
 	rate := 0.7 * float64(done.Load())
 
-	// Open-loop arrivals at rate for 2 s; after the first second, the first request written
-	// on a kept-alive connection that was idle sends SIGTERM as soon as it is written.
+	// Open-loop arrivals at rate for 2 s. After the first second, a burst of as many requests
+	// as there are connections left idle by the calibration, and SIGTERM the moment the last
+	// of them has been written: some are then still unread in the server's socket buffers.
 	type result struct {
 		wrote, answered time.Time
 		code            int
 		close           bool
 		err             error
 	}
+	const burst = 8
 	var (
-		mu      sync.Mutex
-		results []result
-		sigOnce sync.Once
-		sigAt   time.Time
-		armed   atomic.Bool
+		mu         sync.Mutex
+		results    []result
+		sigOnce    sync.Once
+		sigAt      time.Time
+		burstWrote atomic.Int32
 	)
 	signal := func() {
 		sigOnce.Do(func() {
@@ -286,53 +288,60 @@ func TestSIGTERMKeepAliveClients(t *testing.T) {
 			c.cmd.Process.Signal(syscall.SIGTERM)
 		})
 	}
+	send := func(body []byte, wrote func()) {
+		var r result
+		var first atomic.Int64 // the hook runs on the transport's goroutine
+		trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+			if first.CompareAndSwap(0, time.Now().UnixNano()) { // the first write: the transport may retry
+				wrote()
+			}
+		}}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", c.url+"/embed", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			r.code, r.close = resp.StatusCode, resp.Close
+		}
+		r.answered, r.err = time.Now(), err
+		if ns := first.Load(); ns != 0 {
+			r.wrote = time.Unix(0, ns)
+		}
+		mu.Lock()
+		results = append(results, r)
+		mu.Unlock()
+	}
 	start := time.Now()
+	burstAt := start.Add(time.Second)
 	for i := 0; ; i++ {
 		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
 		if at.Sub(start) > 2*time.Second {
 			break
 		}
-		if at.Sub(start) > time.Second {
-			armed.Store(true)
+		if at.After(burstAt) && burstAt.After(start) {
+			burstAt = start // once
+			for k := range burst {
+				wg.Go(func() {
+					send(bodies[k], func() {
+						if burstWrote.Add(1) == burst {
+							signal()
+						}
+					})
+				})
+			}
 		}
 		time.Sleep(time.Until(at)) // the arrival schedule, not a wait for anything
-		wg.Go(func() {
-			var r result
-			var idle atomic.Bool
-			var wrote atomic.Int64 // the hooks run on the transport's goroutines
-			trace := &httptrace.ClientTrace{
-				GotConn: func(ci httptrace.GotConnInfo) { idle.Store(ci.Reused && ci.WasIdle) },
-				WroteRequest: func(httptrace.WroteRequestInfo) {
-					wrote.CompareAndSwap(0, time.Now().UnixNano()) // the first write: the transport may retry
-					if idle.Load() && armed.Load() {
-						signal()
-					}
-				},
-			}
-			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", c.url+"/embed", bytes.NewReader(bodies[i%len(bodies)]))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Do(req)
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				r.code, r.close = resp.StatusCode, resp.Close
-			}
-			r.answered, r.err = time.Now(), err
-			if ns := wrote.Load(); ns != 0 {
-				r.wrote = time.Unix(0, ns)
-			}
-			mu.Lock()
-			results = append(results, r)
-			mu.Unlock()
-		})
+		wg.Go(func() { send(bodies[i%len(bodies)], func() {}) })
 	}
 	wg.Wait()
-	exit := <-c.done
-	c.done <- exit // for the cleanup
+	signal() // if the burst never was all written: the child stops, and the test fails below
 	mu.Lock()
 	defer mu.Unlock()
-	if sigAt.IsZero() {
-		t.Fatalf("no request went out on an idle kept-alive connection in the second second: SIGTERM was never sent (%d requests)", len(results))
+	exit := <-c.done
+	c.done <- exit // for the cleanup
+	if n := burstWrote.Load(); n != burst {
+		t.Fatalf("%d of the %d requests of the burst were written", n, burst)
 	}
 	if exit != nil {
 		t.Errorf("exit: %v\n%s", exit, c.stderr)
