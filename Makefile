@@ -55,7 +55,7 @@ HADOLINT     := $(CACHE)/tools/hadolint-2.15.1
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI     := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
-.PHONY: all deps ort ort-cuda tokenizers venv golden-venv clients data models quantize damage golden build run test test-pure test-race-build unit lint bench bench-self bench-crosscheck bench-peers gpu-check soak clean help
+.PHONY: all deps ort ort-cuda tokenizers venv golden-venv clients data models quantize damage golden build run test test-pure test-race-build test-timing-build unit lint bench bench-self bench-crosscheck bench-peers gpu-check soak clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -151,10 +151,16 @@ run: ## serve the default models on $(ADDR) (obtains and builds what is missing:
 # and the other packages run beside it rather than before it. GORACE: each -race test binary
 # sleeps 1 s at exit by default (atexit_sleep_ms), 18 packages' worth; races are still reported
 # and still fail the package.
+# Then the timing step: the tests that hold latency to a bound (TestTiming*, in files built
+# with !race, so the -race suite skips them) run without the race detector, one package and
+# one test at a time, on the cores the suite has just left: each bound is relative to what
+# the same run measured, never a fixed number of milliseconds.
 GORACE       ?= atexit_sleep_ms=0
-test: ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models (obtains deps models clients and the linter first)
-	$(call prep,BUILD_THREADS=1 deps models clients test-pure test-race-build)
+TIMING_PKGS  := ./cmd/server ./runtime/ort
+test: ## the full suite: vet, golangci-lint, unit and integration tests with real ORT, tokenizer and models, then the latency bounds without -race (obtains deps models clients and the linter first)
+	$(call prep,BUILD_THREADS=1 deps models clients test-pure test-race-build test-timing-build)
 	$(RUN_ENV) GORACE=$(GORACE) $(GO) test -race -count=1 -parallel 4 -timeout 30m ./cmd/server ./...
+	$(RUN_ENV) $(GO) test -count=1 -p 1 -run '^TestTiming' -timeout 10m $(TIMING_PKGS)
 
 # Part of test: go vet and golangci-lint, then the cgo-free tests (as make unit). Their results
 # are go test's to cache (they need no model, no library, nothing outside the tree that go test
@@ -172,6 +178,10 @@ test-pure: $(GOLANGCI)
 # warm, go list 1.2 s against 4.9 s (8.5 CPU-s) for `-exec /bin/true`.
 test-race-build: tokenizers
 	$(BESIDE) $(GO) list -race -export -test -deps ./... > /dev/null
+
+# Part of test: the same for the timing step's packages, built without -race.
+test-timing-build: tokenizers
+	$(BESIDE) $(GO) list -export -test -deps $(TIMING_PKGS) > /dev/null
 
 unit: ## only the tests that need no native library or model: every package, built without cgo
 	CGO_ENABLED=0 $(GO) test -count=1 ./...

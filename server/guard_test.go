@@ -265,29 +265,41 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 	m := &trickleModel{fakeModel: fakeModel{task: models.TaskEmbed}}
 	s := New(cfg, oneRepo{m}, slog.New(slog.DiscardHandler), nil)
 	s.SetReady(true)
-	ts := httptest.NewServer(s.Handler())
+	const (
+		slow = 5
+		sent = `{"inp` // of a 100-byte body
+	)
+	// waiting has a token for each slow request whose handler has read what its client sent
+	// and asked for more: it is past the head, and past anything the server would do before
+	// reading the body, a slot taken included.
+	waiting := make(chan struct{}, slow)
+	h := s.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Slow") != "" {
+			r.Body = &starvedBody{ReadCloser: r.Body, sent: len(sent), waiting: waiting}
+		}
+		h.ServeHTTP(w, r)
+	}))
 	defer ts.Close()
-	const slow = 5
 	for range slow {
 		c, err := net.Dial("tcp", ts.Listener.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		io.WriteString(c, "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"inp")
+		io.WriteString(c, "POST /embed HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"+sent)
 	}
-	// The slow requests have reached the handler (the server reads headers first) and
-	// are waiting for their bodies; a normal request must still get a slot at once.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, body := post(t, ts.URL+"/embed", `{"inputs":"a"}`)
-		if resp.StatusCode == 200 {
-			break
+	for i := range slow {
+		select {
+		case <-waiting:
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d slow requests reached their body reads in a minute: the others were answered without reading it (a slot taken first, and 429?)", i, slow)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a normal request behind %d slow bodies: %d %s", slow, resp.StatusCode, body)
-		}
-		time.Sleep(10 * time.Millisecond)
+	}
+	// Every slow request is in its handler, waiting for the rest of its body; a normal
+	// request must still get a slot at once.
+	if resp, body := post(t, ts.URL+"/embed", `{"inputs":"a"}`); resp.StatusCode != 200 {
+		t.Fatalf("a normal request behind %d slow bodies: %d %s", slow, resp.StatusCode, body)
 	}
 	m.mu.Lock()
 	calls := m.calls
@@ -295,6 +307,25 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("%d requests reached the model, want 1", calls)
 	}
+}
+
+// starvedBody is a request body that signals waiting, once, when its reader has read the
+// sent bytes the client sent and asks for more, which the client never sends.
+type starvedBody struct {
+	io.ReadCloser
+	sent, read int
+	signalled  bool
+	waiting    chan<- struct{}
+}
+
+func (b *starvedBody) Read(p []byte) (int, error) {
+	if b.read >= b.sent && !b.signalled {
+		b.signalled = true
+		b.waiting <- struct{}{}
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.read += n
+	return n, err
 }
 
 // liveRepo's models change under the server, as a hot reload changes them.

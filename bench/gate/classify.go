@@ -31,11 +31,20 @@ type classifyOutput struct {
 	ClassifyRun
 	// column maps a class name to its column in Probs.
 	column map[string]int
-	// pred is the predicted column per example: the argmax, the first on a tie.
+	// pred is the predicted column per example: the argmax, the first on a tie; -1 for a
+	// row that is not all numbers.
 	pred []int
+	// nonFinite is the rows holding a NaN or an infinity.
+	nonFinite nonFinite
 }
 
+// notANumber is the class a row holding a NaN or an infinity predicts, in the confusion
+// matrix and the worst examples: parenthesized, so that no dataset label is likely to share
+// it.
+const notANumber = "(NaN/Inf)"
+
 // prob is the probability the version gave class on example i; 0 for a class it lacks.
+// Example i must be finite.
 func (c *classifyOutput) prob(i int, class string) float64 {
 	j, ok := c.column[class]
 	if !ok {
@@ -45,11 +54,18 @@ func (c *classifyOutput) prob(i int, class string) float64 {
 }
 
 // predicted is the class the version predicted on example i.
-func (c *classifyOutput) predicted(i int) string { return c.Classes[c.pred[i]] }
+func (c *classifyOutput) predicted(i int) string {
+	if c.pred[i] < 0 {
+		return notANumber
+	}
+	return c.Classes[c.pred[i]]
+}
 
 // Classify compares a candidate classifier with the baseline on ds and judges it against b.
 // Both runs must cover ds in order, and every dataset label must be one of each version's
-// classes. b.MaxDrop must be set. The report's Model is left for the caller.
+// classes. b.MaxDrop must be set. The baseline's probabilities must all be numbers; a
+// candidate's example that holds a NaN or an infinity counts as wrong, and fails the verdict
+// (the "finite" check). The report's Model is left for the caller.
 func Classify(ds *Dataset, base, cand ClassifyRun, b Budget, o Options) (*Report, error) {
 	o, err := o.resolve()
 	if err != nil {
@@ -64,6 +80,9 @@ func Classify(ds *Dataset, base, cand ClassifyRun, b Budget, o Options) (*Report
 	}
 	bo, err := readClassify("baseline", base, ds, labels)
 	if err != nil {
+		return nil, err
+	}
+	if err := baselineFinite(base.Version, bo.nonFinite); err != nil {
 		return nil, err
 	}
 	co, err := readClassify("candidate", cand, ds, labels)
@@ -121,6 +140,7 @@ func Classify(ds *Dataset, base, cand ClassifyRun, b Budget, o Options) (*Report
 	r.Comparison.Drop = newDrop(MetricAccuracy, right[0], right[1], o)
 	r.speed()
 
+	r.checkFinite(co.nonFinite)
 	r.checkDrop("accuracy")
 	if b.MinAgreement > 0 {
 		a := r.Comparison.Agreement
@@ -188,11 +208,15 @@ func readClassify(which string, run ClassifyRun, ds *Dataset, labels []string) (
 		if len(row) != len(run.Classes) {
 			return nil, fmt.Errorf("gate: %s has %d probabilities for example %d but %d classes: give one probability per class", who, len(row), i, len(run.Classes))
 		}
+	}
+	out.nonFinite = scanFinite(run.Probs)
+	for i, row := range run.Probs {
+		if out.nonFinite.at(i) {
+			out.pred[i] = -1
+			continue
+		}
 		best := 0
 		for j, p := range row {
-			if math.IsNaN(float64(p)) || math.IsInf(float64(p), 0) {
-				return nil, fmt.Errorf("gate: %s gave %v for class %q on example %d: the runtime may not support this dtype end to end", who, p, run.Classes[j], i)
-			}
 			if p > row[best] {
 				best = j
 			}
@@ -303,6 +327,10 @@ func (r *Report) compareClassify(ds *Dataset, bo, co *classifyOutput, baseOK, ca
 				a.WrongToWrong++
 			}
 		}
+		if co.nonFinite.at(i) {
+			deltas[i] = 1 // no probability at all: as far as a probability can move
+			continue
+		}
 		for _, c := range classes {
 			deltas[i] = max(deltas[i], math.Abs(bo.prob(i, c)-co.prob(i, c)))
 		}
@@ -350,7 +378,7 @@ func (r *Report) classifyNotes(ds *Dataset, labels []string, bo, co *classifyOut
 		}
 	}
 	for _, out := range []*classifyOutput{bo, co} {
-		if i, sum, ok := notProbabilities(out.Probs); !ok {
+		if i, sum, ok := notProbabilities(out.Probs, out.nonFinite); !ok {
 			r.Notes = append(r.Notes, fmt.Sprintf("The rows of %s are not probabilities (example %d sums to %.3g): the deltas compare raw scores; pass softmaxed outputs.",
 				role([]string{"baseline", "candidate"}[b2i(out == co)], out.Version), i, sum))
 		}
@@ -363,9 +391,12 @@ func (r *Report) classifyNotes(ds *Dataset, labels []string, bo, co *classifyOut
 }
 
 // notProbabilities finds a row with a value outside [0, 1] or a sum off 1 by more than
-// half-precision rounding allows.
-func notProbabilities(rows [][]float32) (row int, sum float64, ok bool) {
+// half-precision rounding allows, among the rows that are all numbers (skip has the others).
+func notProbabilities(rows [][]float32, skip nonFinite) (row int, sum float64, ok bool) {
 	for i, r := range rows {
+		if skip.at(i) {
+			continue
+		}
 		s := 0.0
 		for _, p := range r {
 			if p < -1e-3 || p > 1+1e-3 {

@@ -28,8 +28,10 @@ type EmbedRun struct {
 // between the two versions' embeddings of each example measures how far the candidate
 // moved; with labels, the leave-one-out nearest-centroid accuracy measures whether the move
 // matters for telling the labels apart, and MaxDrop bounds its drop as in Classify. MaxDrop
-// needs a dataset with at least two labels and two examples of some label. The report's
-// Model is left for the caller.
+// needs a dataset with at least two labels and two examples of some label. The baseline's
+// vectors must all be numbers; a candidate's vector that holds a NaN or an infinity has
+// cosine 0, is scored wrong, and fails the verdict (the "finite" check). The report's Model
+// is left for the caller.
 func Embed(ds *Dataset, base, cand EmbedRun, b Budget, o Options) (*Report, error) {
 	o, err := o.resolve()
 	if err != nil {
@@ -44,6 +46,9 @@ func Embed(ds *Dataset, base, cand EmbedRun, b Budget, o Options) (*Report, erro
 	n := len(ds.Examples)
 	bv, err := readEmbed("baseline", base, n)
 	if err != nil {
+		return nil, err
+	}
+	if err := baselineFinite(base.Version, bv.nonFinite); err != nil {
 		return nil, err
 	}
 	cv, err := readEmbed("candidate", cand, n)
@@ -83,6 +88,9 @@ func Embed(ds *Dataset, base, cand EmbedRun, b Budget, o Options) (*Report, erro
 		}
 		baseOK := centroidCorrect(base.Vectors, bv.norm, truth, len(labels), scored)
 		candOK := centroidCorrect(cand.Vectors, cv.norm, truth, len(labels), scored)
+		for si, i := range scored {
+			candOK[si] = candOK[si] && !cv.nonFinite.at(i)
+		}
 		r.Baseline.Accuracy = fraction(count(baseOK), len(scored))
 		r.Candidate.Accuracy = fraction(count(candOK), len(scored))
 		r.Comparison.Drop = newDrop(MetricCentroidAccuracy, baseOK, candOK, o)
@@ -96,6 +104,7 @@ func Embed(ds *Dataset, base, cand EmbedRun, b Budget, o Options) (*Report, erro
 	}
 	r.speed()
 
+	r.checkFinite(cv.nonFinite)
 	if b.MaxDrop > 0 {
 		r.checkDrop("nearest-centroid accuracy")
 	}
@@ -127,10 +136,13 @@ func meetsOrBelow(pass bool) string {
 // embedOutput is an EmbedRun checked against the dataset.
 type embedOutput struct {
 	dim int
-	// norm is each vector's L2 norm.
+	// norm is each vector's L2 norm; 0 for a vector that is not all numbers, so that it
+	// has no direction: cosine 0, and no weight in a centroid.
 	norm []float64
-	// zeros counts the vectors of norm 0.
+	// zeros counts the vectors of norm 0 that are all numbers.
 	zeros int
+	// nonFinite is the vectors holding a NaN or an infinity.
+	nonFinite nonFinite
 }
 
 // readEmbed checks a run's vectors and measures them. which is "baseline" or "candidate".
@@ -139,7 +151,7 @@ func readEmbed(which string, run EmbedRun, n int) (*embedOutput, error) {
 	if len(run.Vectors) != n {
 		return nil, fmt.Errorf("gate: %s has %d vectors for %d examples: run it on the whole dataset, in order", who, len(run.Vectors), n)
 	}
-	out := &embedOutput{dim: len(run.Vectors[0]), norm: make([]float64, n)}
+	out := &embedOutput{dim: len(run.Vectors[0]), norm: make([]float64, n), nonFinite: scanFinite(run.Vectors)}
 	if out.dim == 0 {
 		return nil, fmt.Errorf("gate: %s gave an empty vector for example 0: give one embedding per example", who)
 	}
@@ -147,11 +159,11 @@ func readEmbed(which string, run EmbedRun, n int) (*embedOutput, error) {
 		if len(v) != out.dim {
 			return nil, fmt.Errorf("gate: %s gave a %d-dimensional vector for example %d after a %d-dimensional one for example 0: give embeddings of one dimension", who, len(v), i, out.dim)
 		}
+		if out.nonFinite.at(i) {
+			continue
+		}
 		sq := 0.0
-		for j, x := range v {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("gate: %s gave %v at dimension %d of example %d: the runtime may not support this dtype end to end", who, x, j, i)
-			}
+		for _, x := range v {
 			sq += float64(x) * float64(x)
 		}
 		out.norm[i] = math.Sqrt(sq)

@@ -142,6 +142,10 @@ type VersionMetrics struct {
 	Confusion *Confusion     `json:"confusion,omitempty"`
 	// Dim is the embedding dimension (embed).
 	Dim int `json:"dim,omitempty"`
+	// NonFinite counts the examples whose output held a NaN or an infinity (the candidate
+	// only: a baseline with any is an error). Each counts as wrong, and any fails the
+	// verdict.
+	NonFinite int `json:"non_finite,omitempty"`
 	// ElapsedSeconds is the wall time the version took over the whole dataset, and
 	// ItemsPerSecond the rate that makes; both are absent when the caller did not time it.
 	ElapsedSeconds float64 `json:"elapsed_s,omitempty"`
@@ -249,8 +253,8 @@ type Verdict struct {
 
 // Check is one budget held against the candidate.
 type Check struct {
-	// Rule is "accuracy_drop", "agreement", "cosine_mean", "cosine_p1" or
-	// "batch_invariance".
+	// Rule is "finite" (present only when the candidate gave a NaN or an infinity),
+	// "accuracy_drop", "agreement", "cosine_mean", "cosine_p1" or "batch_invariance".
 	Rule   string `json:"rule"`
 	Pass   bool   `json:"pass"`
 	Detail string `json:"detail"`

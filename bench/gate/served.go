@@ -47,13 +47,18 @@ type ServedVersion struct {
 	// N is how many texts were compared.
 	N int `json:"n"`
 	// LabelFlips counts the texts whose predicted class differs, and MaxProbDelta is the
-	// largest |Δp| of any class on any text (classify).
+	// largest |Δp| of any class on any text (classify); all four are nil when no text gave
+	// numbers both ways.
 	LabelFlips   *int     `json:"label_flips,omitempty"`
 	MaxProbDelta *float64 `json:"max_prob_delta,omitempty"`
 	// CosineMin and CosineP1 are the lowest and the 1st percentile of the cosine between a
 	// text's two embeddings (embed).
 	CosineMin *float64 `json:"cosine_min,omitempty"`
 	CosineP1  *float64 `json:"cosine_p1,omitempty"`
+	// NonFinite counts the texts whose served or fixed-chunk answer held a NaN or an
+	// infinity: they are left out of the numbers above, and a version with any is not
+	// batch-invariant.
+	NonFinite int `json:"non_finite,omitempty"`
 	// Invariant is whether every text stayed within InvariantMinCosine (embed), or kept its
 	// label and InvariantMaxProbDelta (classify).
 	Invariant bool `json:"batch_invariant"`
@@ -66,6 +71,7 @@ type ServedVersion struct {
 // text by text: probability rows for TaskClassify (the first largest is the label),
 // embeddings for TaskEmbed (cosines, so they need not be normalized). Both must have one row
 // per text, in the same order; elapsed (zero: not timed) is the served pass's wall time.
+// Texts whose answers hold a NaN or an infinity are counted (NonFinite), not compared.
 func ServedVariability(task, version string, fixed, served [][]float32, elapsed time.Duration) (ServedVersion, error) {
 	v := ServedVersion{Version: version, N: len(fixed)}
 	who := role("version", version)
@@ -79,16 +85,23 @@ func ServedVariability(task, version string, fixed, served [][]float32, elapsed 
 		if len(fixed[i]) == 0 || len(served[i]) != len(fixed[i]) {
 			return v, fmt.Errorf("gate: %s's answers to text %d have %d and %d values: compare answers of the same version", who, i, len(fixed[i]), len(served[i]))
 		}
-		for _, row := range [][]float32{fixed[i], served[i]} {
-			if j := slices.IndexFunc(row, func(x float32) bool { return math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) }); j >= 0 {
-				return v, fmt.Errorf("gate: %s gave %v at position %d of text %d", who, row[j], j, i)
-			}
+	}
+	fixedBad, servedBad := scanFinite(fixed), scanFinite(served)
+	var finite []int // the texts whose two answers are all numbers
+	for i := range fixed {
+		if fixedBad.at(i) || servedBad.at(i) {
+			v.NonFinite++
+		} else {
+			finite = append(finite, i)
 		}
 	}
 	switch task {
 	case TaskClassify:
+		if len(finite) == 0 {
+			break // nothing to compare
+		}
 		flips, most := 0, 0.0
-		for i := range fixed {
+		for _, i := range finite {
 			if argmax(fixed[i]) != argmax(served[i]) {
 				flips++
 			}
@@ -97,16 +110,19 @@ func ServedVariability(task, version string, fixed, served [][]float32, elapsed 
 			}
 		}
 		v.LabelFlips, v.MaxProbDelta = &flips, &most
-		v.Invariant = flips == 0 && most < InvariantMaxProbDelta
+		v.Invariant = flips == 0 && most < InvariantMaxProbDelta && v.NonFinite == 0
 	case TaskEmbed:
-		cos := make([]float64, len(fixed))
-		for i := range fixed {
-			cos[i] = cosine(fixed[i], served[i], l2(fixed[i]), l2(served[i]))
+		if len(finite) == 0 {
+			break
+		}
+		cos := make([]float64, 0, len(finite))
+		for _, i := range finite {
+			cos = append(cos, cosine(fixed[i], served[i], l2(fixed[i]), l2(served[i])))
 		}
 		slices.Sort(cos)
 		lo, p1 := cos[0], quantile(cos, 0.01)
 		v.CosineMin, v.CosineP1 = &lo, &p1
-		v.Invariant = lo >= InvariantMinCosine
+		v.Invariant = lo >= InvariantMinCosine && v.NonFinite == 0
 	default:
 		return v, fmt.Errorf("gate: task %q: served variability is measured for %q and %q", task, TaskClassify, TaskEmbed)
 	}
@@ -161,6 +177,10 @@ func (r *Report) AddServed(s *Served) error {
 		r.Verdict.decide()
 	}
 	for _, v := range s.Versions {
+		if v.NonFinite > 0 && !(s.Required && v.Version == r.Candidate.Version) {
+			r.Notes = append(r.Notes, fmt.Sprintf("%s: %s.", v.Version, invarianceDetail(r.Task, &v)))
+			continue
+		}
 		if !v.Invariant && !(s.Required && v.Version == r.Candidate.Version) {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s is not batch-invariant: %s. The gate's own numbers use fixed chunks; served under load, its answers vary with their batch-mates (informational: --require-batch-invariance makes it a check).",
 				v.Version, invarianceDetail(r.Task, &v)))
@@ -171,6 +191,9 @@ func (r *Report) AddServed(s *Served) error {
 
 // invarianceDetail is one version's served-path result in words, against the tolerances.
 func invarianceDetail(task string, v *ServedVersion) string {
+	if v.NonFinite > 0 {
+		return fmt.Sprintf("served through the batcher or in fixed chunks, %d of %d texts gave NaN or an infinity", v.NonFinite, v.N)
+	}
 	if task == TaskClassify {
 		return fmt.Sprintf("served through the batcher, %d of %d labels flipped and max |Δp| is %s (batch-invariant: no flips and < %s)",
 			deref2(v.LabelFlips), v.N, sci(deref(v.MaxProbDelta)), sci(InvariantMaxProbDelta))

@@ -116,17 +116,32 @@ func servedTable(task string, s *Served) table {
 	for _, v := range s.Versions {
 		row := []string{report.Clean(v.Version), strconv.Itoa(v.N)}
 		if task == TaskClassify {
-			row = append(row, strconv.Itoa(deref2(v.LabelFlips)), sci(deref(v.MaxProbDelta)))
+			if v.LabelFlips == nil {
+				row = append(row, report.Dash, report.Dash)
+			} else {
+				row = append(row, strconv.Itoa(*v.LabelFlips), sci(deref(v.MaxProbDelta)))
+			}
 		} else {
-			row = append(row, cos6(deref(v.CosineMin)), cos6(deref(v.CosineP1)))
+			row = append(row, cosOrDash(v.CosineMin), cosOrDash(v.CosineP1))
 		}
 		yes := "no"
-		if v.Invariant {
+		switch {
+		case v.Invariant:
 			yes = "yes"
+		case v.NonFinite > 0:
+			yes = fmt.Sprintf("no: %d NaN/Inf", v.NonFinite)
 		}
 		t.Rows = append(t.Rows, append(row, report.FixedOrDash(v.ItemsPerSecond, 1), yes))
 	}
 	return t
+}
+
+// cosOrDash is a served cosine, or a dash when no text had one to give.
+func cosOrDash(c *float64) string {
+	if c == nil {
+		return report.Dash
+	}
+	return cos6(*c)
 }
 
 func prefixed(p, s string) string {

@@ -22,6 +22,19 @@ import (
 // nothing.
 const readHeaderTimeout = 10 * time.Second
 
+// minDrain is the least time shutdown goes on serving after SIGTERM, whatever --drain-delay
+// says (within --grace). http.Server.Shutdown closes the listener and every idle keep-alive
+// connection at once. A request that a client wrote on an idle connection just before the
+// signal, still in the kernel's socket buffer because the server had not yet read it, is
+// lost with the connection, and so is one on a connection still in the listener's backlog:
+// its client sees a reset or an EOF for a request it sent while the server was up. Serving
+// on for minDrain, every such request is read and answered (with Connection: close, so that
+// its connection closes after the answer); a connection still idle at the end has sent
+// nothing since the signal, and Shutdown closes it. Reading what has already arrived takes
+// a busy server milliseconds (a goroutine's scheduling delay); half a second leaves a wide
+// margin, and costs every shutdown that much.
+const minDrain = 500 * time.Millisecond
+
 // frontEnd is serve's HTTP server over one listener.
 type frontEnd struct {
 	hs     *http.Server
@@ -63,36 +76,45 @@ func newFrontEnd(ln net.Listener, h http.Handler, c config.Conn, log *slog.Logge
 // when the answer does. (The read deadline needs no such care: net/http lifts it once the
 // body is read.)
 //
-// While draining (shutdown's drain delay), every answer says Connection: close, so that
-// clients move their keep-alive connections to other replicas: behind a Kubernetes Service,
-// connections already open keep reaching this pod after it leaves the endpoints.
+// An answer that starts while draining (after SIGTERM) says Connection: close, so that
+// clients stop reusing their keep-alive connections before shutdown closes them, and move to
+// other replicas: behind a Kubernetes Service, connections already open keep reaching this
+// pod after it leaves the endpoints. That is decided when the answer starts, not when the
+// request does: a request admitted before the signal and answered after it closes its
+// connection too, rather than leaving it idle for the client to send on as it is closed.
 func (f *frontEnd) deadlines(h http.Handler, write time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
-		if f.draining.Load() {
-			w.Header().Set("Connection", "close")
-		}
 		// Fails only where the writer cannot take deadlines (ErrNotSupported) or the
 		// connection is gone: either way the answer is written as it would be without one.
 		_ = rc.SetWriteDeadline(time.Time{})
-		h.ServeHTTP(&writeDeadline{ResponseWriter: w, rc: rc, d: write}, r)
+		ww := &writeDeadline{ResponseWriter: w, rc: rc, d: write, draining: &f.draining}
+		h.ServeHTTP(ww, r)
+		// A handler that wrote nothing: net/http writes its header once this returns.
+		ww.start()
 	})
 }
 
-// writeDeadline sets the connection's write deadline, d from now, when the answer starts.
+// writeDeadline starts an answer: it sets the connection's write deadline, d from now, and
+// Connection: close while draining.
 type writeDeadline struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
-	d       time.Duration
-	started bool
+	rc       *http.ResponseController
+	d        time.Duration
+	draining *atomic.Bool
+	started  bool
 }
 
 func (w *writeDeadline) start() {
-	if !w.started {
-		w.started = true
-		if w.d > 0 {
-			_ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) // as in deadlines: nothing to do if it fails
-		}
+	if w.started {
+		return
+	}
+	w.started = true
+	if w.draining.Load() {
+		w.Header().Set("Connection", "close")
+	}
+	if w.d > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) // as in deadlines: nothing to do if it fails
 	}
 }
 
@@ -118,8 +140,9 @@ func (w *writeDeadline) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // shutdownPlan is what shutdown stops, besides the HTTP server.
 type shutdownPlan struct {
-	Grace      time.Duration // from SIGTERM to the last connection closed
-	DrainDelay time.Duration // of Grace, how long to keep serving while not ready
+	Grace time.Duration // from SIGTERM to the last connection closed
+	// DrainDelay is, of Grace, how long to keep serving while not ready; at least minDrain.
+	DrainDelay time.Duration
 	// SetReady flips readiness (/health, KServe's ready).
 	SetReady func(bool)
 	// Abort fails what is still queued with runtime.ErrClosed (503) and lets the batches
@@ -130,7 +153,8 @@ type shutdownPlan struct {
 // shutdown stops the front end within p.Grace of its call, which is SIGTERM's arrival:
 //
 //  1. not ready: /health and KServe's ready say 503, while everything else is served as
-//     before (with Connection: close) for the drain delay, for load balancers to notice;
+//     before (with Connection: close) for the drain delay, for load balancers to notice,
+//     and for at least minDrain, for what clients sent before the signal to be read;
 //  2. http.Server.Shutdown: no new connections; the requests in flight are answered, until
 //     the last tail of the grace, tail = min(grace/4, 1s);
 //  3. if some are still waiting: Abort answers what is queued with 503 at once, and lets the
@@ -150,8 +174,9 @@ func (f *frontEnd) shutdown(p shutdownPlan) error {
 	tail := min(p.Grace/4, time.Second)
 	p.SetReady(false)
 	f.draining.Store(true)
-	f.log.Info("shutting down", "grace", p.Grace, "drain_delay", p.DrainDelay)
-	if d := min(p.DrainDelay, p.Grace-tail); d > 0 {
+	drain := min(max(p.DrainDelay, minDrain), p.Grace-tail)
+	f.log.Info("shutting down", "grace", p.Grace, "drain_delay", drain)
+	if d := drain; d > 0 {
 		select {
 		case <-time.After(d):
 		case err := <-f.served:

@@ -324,7 +324,7 @@ func TestShutdownEnds(t *testing.T) {
 		wantAbort bool
 		wantTook  time.Duration // at most
 	}{
-		{"nothing in flight", false, 0, false, false, 0},
+		{"nothing in flight", false, 0, false, false, minDrain},
 		{"answered in time", true, 2 * time.Second, false, false, 2*time.Second + 500*time.Millisecond},
 		{"answered 503 at the abort", true, 0, false, true, 4 * time.Second},
 		{"a handler that ignores the abort", true, 0, true, true, 4 * time.Second},
@@ -361,4 +361,47 @@ func TestShutdownEnds(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A client that sends on its idle keep-alive connection as SIGTERM arrives gets its answer,
+// with Connection: close, not a reset: for minDrain after the signal, with no drain delay
+// configured, the server goes on reading. An answer that starts after the signal closes its
+// connection even when its request came before; a connection still idle at the end is closed.
+func TestShutdownAnswersWhatWasSentAtTheSignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newShutdownHarness(t)
+		sender, idle, slow := h.pl.dial(t), h.pl.dial(t), h.pl.dial(t)
+		for _, c := range []*client{sender, idle} {
+			if resp, _, err := c.do("POST", "/quick", ""); err != nil || resp.StatusCode != 200 || resp.Close {
+				t.Fatalf("before the signal: %v %v, want 200 kept alive", resp, err)
+			}
+		}
+		// Admitted before the signal, answered after it.
+		io.WriteString(slow, "POST /work HTTP/1.1\r\nHost: ortserve\r\nContent-Length: 0\r\n\r\n")
+		synctest.Wait()
+
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- h.f.shutdown(h.plan(8*time.Second, 0)) }()
+		synctest.Wait() // the signal has arrived: not ready, draining
+		if resp, _, err := sender.do("POST", "/quick", ""); err != nil || resp.StatusCode != 200 || !resp.Close {
+			t.Errorf("a request sent on a kept-alive connection at the signal: %v %v, want 200 with Connection: close", resp, err)
+		}
+		close(h.release)
+		if resp, _, err := slow.read(); err != nil || resp.StatusCode != 200 || !resp.Close {
+			t.Errorf("a request admitted before the signal, answered after: %v %v, want 200 with Connection: close", resp, err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if took := time.Since(start); took != minDrain {
+			t.Errorf("shutdown took %v, want the least drain, %v", took, minDrain)
+		}
+		synctest.Wait()
+		for name, c := range map[string]*client{"answered at the signal": sender, "idle": idle, "answered after the signal": slow} {
+			if !c.closed() {
+				t.Errorf("the connection %s is still open after the shutdown", name)
+			}
+		}
+	})
 }

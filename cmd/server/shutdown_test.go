@@ -3,13 +3,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,33 +21,20 @@ import (
 // answer, and the process exits 0.
 func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 	t.Parallel() // it measures no time: what was admitted is answered, however long it takes
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "serve", "--addr", "127.0.0.1:0", "--device", "cpu", "--grace", "60s",
-		"--models", versionRepo(t, "minilm", "fp32"), "--sessions", "1")
-	cmd.Env = append(os.Environ(), "ORTSERVE_TEST_EXEC=1")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("server did not start: %v\n%s", err, stderr.String())
-	}
-	url := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	const clients = 8
+	c := startChild(t, "--device", "cpu", "--grace", "60s", "--models", versionRepo(t, "minilm", "fp32"), "--sessions", "1", "--reload-interval", "0s")
 
-	// 8 clients, each one request of 8 long texts: together a few seconds of CPU work.
+	// Each client one request of 8 long texts: together a few seconds of CPU work.
 	body := `{"inputs": [` + strings.TrimSuffix(strings.Repeat(`"`+strings.Repeat("the server keeps working while it drains ", 12)+`",`, 8), ",") + `]}`
 	var wg sync.WaitGroup
-	codes := make(chan int, 8)
-	for range 8 {
+	var answered atomic.Int32
+	codes := make(chan int, clients)
+	for range clients {
 		wg.Go(func() {
-			resp, err := http.Post(url+"/embed", "application/json", strings.NewReader(body))
+			defer answered.Add(1)
+			resp, err := oneShot().Post(c.url+"/embed", "application/json", strings.NewReader(body))
 			if err != nil {
-				codes <- -1 // refused: never admitted
+				t.Errorf("an admitted request failed: %v", err)
 				return
 			}
 			defer resp.Body.Close()
@@ -60,27 +46,44 @@ func TestSIGTERMFinishesRequestsInFlight(t *testing.T) {
 			codes <- resp.StatusCode
 		})
 	}
-	time.Sleep(300 * time.Millisecond) // let the requests be admitted
-	cmd.Process.Signal(syscall.SIGTERM)
+	// Every request admitted before the signal (the server counts one in flight once its
+	// body is read), and some still in flight.
+	v := waitMetrics(t, c, []string{"ortserve_requests_in_flight"}, func(v []float64) bool {
+		return int(v[0])+int(answered.Load()) == clients && v[0] > 0
+	})
+	c.cmd.Process.Signal(syscall.SIGTERM)
 	wg.Wait()
 	close(codes)
 	ok := 0
-	for c := range codes {
-		switch c {
-		case 200:
-			ok++
-		case -1:
-		default:
-			t.Errorf("an admitted request got %d", c)
+	for code := range codes {
+		if code != 200 {
+			t.Errorf("an admitted request got %d", code)
+			continue
+		}
+		ok++
+	}
+	exit := <-c.done
+	c.done <- exit // for the cleanup
+	if exit != nil {
+		t.Errorf("exit: %v\n%s", exit, c.stderr)
+	}
+	t.Logf("%v requests in flight at SIGTERM, %d of %d answered 200", v[0], ok, clients)
+}
+
+// waitMetrics polls c's /metrics until the values of series satisfy cond, and returns them;
+// it fails the test if that takes over 30 s. The condition is the signal: the poll only
+// spaces out the reads.
+func waitMetrics(t *testing.T, c *child, series []string, cond func([]float64) bool) []float64 {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		v := metricValues(t, c.url, series...)
+		if cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v = %v after 30 s: the load never reached the state the test needs\n%s", series, v, c.stderr)
 		}
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("exit: %v\n%s", err, stderr.String())
-	}
-	if ok == 0 {
-		t.Error("no request was in flight at SIGTERM: the test proves nothing")
-	}
-	t.Logf("%d requests in flight at SIGTERM all answered", ok)
 }
 
 // oneShot is a client whose every request opens its own connection: an error is about that
@@ -127,17 +130,10 @@ func TestSIGTERMAnswersTheQueueWithinGrace(t *testing.T) {
 	// Every request admitted (in flight, or answered already), and 100 or more in the
 	// queue, before the signal: a client refused at connect would prove nothing, and counts
 	// as a failure below.
-	var queued, inFlight float64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		v := metricValues(t, c.url, `ortserve_queue_requests{model="minilm",version="fp32"}`, "ortserve_requests_in_flight")
-		queued, inFlight = v[0], v[1]
-		if int(inFlight)+int(answered.Load()) == clients && queued >= 100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the queue never formed: %v queued, %v in flight of %d\n%s", queued, inFlight, clients, c.stderr)
-		}
-	}
+	v := waitMetrics(t, c, []string{`ortserve_queue_requests{model="minilm",version="fp32"}`, "ortserve_requests_in_flight"}, func(v []float64) bool {
+		return int(v[1])+int(answered.Load()) == clients && v[0] >= 100
+	})
+	queued, inFlight := v[0], v[1]
 	start := time.Now()
 	c.cmd.Process.Signal(syscall.SIGTERM)
 	exit := <-c.done
@@ -172,9 +168,11 @@ func TestSIGTERMAnswersTheQueueWithinGrace(t *testing.T) {
 
 // During --drain-delay, readiness says 503 while inference is still served (with
 // Connection: close), and new connections are still accepted; the process exits once the
-// delay is over, within the grace.
+// delay is over, within the grace. The delay is long enough for a handful of requests on a
+// busy machine, beside the other parallel tests.
 func TestDrainDelayKeepsServing(t *testing.T) {
-	const drain, grace = 1500 * time.Millisecond, 3 * time.Second
+	t.Parallel()
+	const drain, grace = 3 * time.Second, 6 * time.Second
 	c := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--drain-delay", drain.String(), "--grace", grace.String(), "--reload-interval", "0s")
 	get := func(path string) (int, error) {
 		resp, err := oneShot().Get(c.url + path)
@@ -229,4 +227,150 @@ func TestDrainDelayKeepsServing(t *testing.T) {
 		t.Logf("after exit: %v", err)
 	}
 	t.Logf("drain delay %v, grace %v: exit 0 after %v", drain, grace, took.Round(time.Millisecond))
+}
+
+// SIGTERM while keep-alive clients send at 0.7× capacity, the signal sent the moment a burst
+// of requests has been written on connections that were idle: no request written before the
+// signal gets a transport error. http.Server.Shutdown alone closed such a connection under
+// its unread request; serve now reads on for minDrain first. It checks no time: the rate only
+// shapes the load, whatever the machine.
+func TestSIGTERMKeepAliveClients(t *testing.T) {
+	t.Parallel()
+	c := startChild(t, "--models", versionRepo(t, "minilm", "int8"), "--device", "cpu", "--grace", "30s", "--reload-interval", "0s")
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: time.Minute}
+	bodies := make([][]byte, len(benchSentences))
+	for i, s := range benchSentences {
+		bodies[i], _ = json.Marshal(map[string]any{"inputs": s})
+	}
+
+	// Capacity: what 8 closed-loop senders get through in a second.
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(time.Second)
+	for s := range 8 {
+		wg.Go(func() {
+			for i := s; time.Now().Before(end); i++ {
+				if code, _, err := postEmbed(client, c.url, bodies[i%len(bodies)]); err != nil || code != 200 {
+					t.Errorf("calibration: %d %v", code, err)
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	rate := 0.7 * float64(done.Load())
+
+	// Open-loop arrivals at rate for 2 s. After the first second, a burst of as many requests
+	// as there are connections left idle by the calibration, and SIGTERM the moment the last
+	// of them has been written: some are then still unread in the server's socket buffers.
+	type result struct {
+		wrote, answered time.Time
+		code            int
+		close           bool
+		err             error
+	}
+	const burst = 8
+	var (
+		mu         sync.Mutex
+		results    []result
+		sigOnce    sync.Once
+		sigAt      time.Time
+		burstWrote atomic.Int32
+	)
+	signal := func() {
+		sigOnce.Do(func() {
+			mu.Lock()
+			sigAt = time.Now()
+			mu.Unlock()
+			c.cmd.Process.Signal(syscall.SIGTERM)
+		})
+	}
+	send := func(body []byte, wrote func()) {
+		var r result
+		var first atomic.Int64 // the hook runs on the transport's goroutine
+		trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+			if first.CompareAndSwap(0, time.Now().UnixNano()) { // the first write: the transport may retry
+				wrote()
+			}
+		}}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", c.url+"/embed", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			r.code, r.close = resp.StatusCode, resp.Close
+		}
+		r.answered, r.err = time.Now(), err
+		if ns := first.Load(); ns != 0 {
+			r.wrote = time.Unix(0, ns)
+		}
+		mu.Lock()
+		results = append(results, r)
+		mu.Unlock()
+	}
+	start := time.Now()
+	burstAt := start.Add(time.Second)
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if at.Sub(start) > 2*time.Second {
+			break
+		}
+		if at.After(burstAt) && burstAt.After(start) {
+			burstAt = start // once
+			for k := range burst {
+				wg.Go(func() {
+					send(bodies[k], func() {
+						if burstWrote.Add(1) == burst {
+							signal()
+						}
+					})
+				})
+			}
+		}
+		time.Sleep(time.Until(at)) // the arrival schedule, not a wait for anything
+		wg.Go(func() { send(bodies[i%len(bodies)], func() {}) })
+	}
+	wg.Wait()
+	signal() // if the burst never was all written: the child stops, and the test fails below
+	mu.Lock()
+	defer mu.Unlock()
+	exit := <-c.done
+	c.done <- exit // for the cleanup
+	if n := burstWrote.Load(); n != burst {
+		t.Fatalf("%d of the %d requests of the burst were written", n, burst)
+	}
+	if exit != nil {
+		t.Errorf("exit: %v\n%s", exit, c.stderr)
+	}
+	var before, inFlight, after, afterFailed, closes int
+	for _, r := range results {
+		if r.wrote.IsZero() || !r.wrote.Before(sigAt) {
+			after++
+			afterFailed += b2i(r.err != nil)
+			closes += b2i(r.close)
+			continue
+		}
+		before++
+		inFlight += b2i(r.answered.After(sigAt))
+		closes += b2i(r.close)
+		switch {
+		case r.err != nil:
+			t.Errorf("a request written %v before SIGTERM failed: %v", sigAt.Sub(r.wrote), r.err)
+		case r.code != 200 && r.code != 429:
+			t.Errorf("a request written %v before SIGTERM got %d", sigAt.Sub(r.wrote), r.code)
+		}
+	}
+	t.Logf("%.0f requests/s: %d written before SIGTERM (%d answered after it), %d after (%d failed: refused or closed after the drain); %d answers said Connection: close",
+		rate, before, inFlight, after, afterFailed, closes)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -138,7 +138,7 @@ func TestSoak(t *testing.T) {
 		if at.Sub(start) >= d {
 			break
 		}
-		time.Sleep(time.Until(at))
+		time.Sleep(time.Until(at)) // the arrival schedule, not a wait for anything
 		select {
 		case sem <- struct{}{}:
 		default:

@@ -147,39 +147,6 @@ func TestSessionConcurrentRuns(t *testing.T) {
 	wg.Wait()
 }
 
-// Cancelling the context stops the native run well before it would have finished.
-func TestSessionCancel(t *testing.T) {
-	s, err := env.NewSession(modelFile("minilm", "fp32"), cpu("last_hidden_state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	big := batch(32, 128)
-	start := time.Now()
-	if _, err := s.Run(t.Context(), big); err != nil {
-		t.Fatal(err)
-	}
-	full := time.Since(start)
-
-	ctx, cancel := context.WithCancel(t.Context())
-	time.AfterFunc(full/10, cancel)
-	start = time.Now()
-	_, err = s.Run(ctx, big)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v, want a cancelled run", err)
-	}
-	if d := time.Since(start); d > full/2 {
-		t.Errorf("cancelled run took %v of a full %v: Terminate did not stop it", d, full)
-	}
-	if _, err := s.Run(ctx, big); !errors.Is(err, context.Canceled) {
-		t.Errorf("run with a done context: %v", err)
-	}
-	// The session still works after a terminated run.
-	if _, err := s.Run(t.Context(), batch(1, 5)); err != nil {
-		t.Errorf("run after cancel: %v", err)
-	}
-}
-
 // modelWriter returns a fresh temporary folder and a function that writes a model file
 // into it and returns its path.
 func modelWriter(t *testing.T) (string, func(name string, data []byte) string) {
@@ -374,6 +341,15 @@ func rowsOfLongest(encs []tokenize.Encoding) [][]int {
 // text packed with others gets the outputs it gets alone, token for token. int8-static, served
 // padded to keep its answers batch-invariant, and the sentiment graph, whose output is one row
 // per text, do not pack.
+//
+// int8 packs by default, so it is checked too, on its mean-pooled output alone: dynamic int8
+// quantizes activations with one scale per batch, so a text's token values move with its
+// batch-mates however they are laid out. Padded in one batch with the same texts, a text's
+// pooled output keeps a cosine of about 0.96 (the two-token text) to 0.99 with its output
+// alone, and packed about the same. Packed with a plain 0/1 mask, so that the texts attend to
+// one another, they come out at 0.8 or below (0.47 for the two-token text), and two different
+// texts here at 0.56 or below. The bound, 0.95, leaves the batch's own spread a margin and
+// stays well above a packing that mixes texts.
 func TestSessionPacks(t *testing.T) {
 	lengths := []int{5, 17, 9, 2}
 	var encs []tokenize.Encoding
@@ -387,7 +363,7 @@ func TestSessionPacks(t *testing.T) {
 		minCos                 float64 // of the mean-pooled outputs
 	}{
 		{"minilm", "fp32", "last_hidden_state", true, 1e-4, 0.99999},
-		{"minilm", "int8", "last_hidden_state", true, 0, 0}, // answers move with batch-mates
+		{"minilm", "int8", "last_hidden_state", true, math.Inf(1), 0.95}, // token values move with the batch's scale
 		{"minilm", "int8-static", "last_hidden_state", false, 0, 0},
 		{"sentiment", "fp32", "logits", false, 0, 0},
 	}
