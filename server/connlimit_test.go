@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,6 +20,7 @@ import (
 type pipeListener struct {
 	conns  chan net.Conn
 	closed chan struct{}
+	once   sync.Once
 }
 
 func newPipeListener() *pipeListener {
@@ -34,15 +36,24 @@ func (l *pipeListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *pipeListener) Close() error   { close(l.closed); return nil }
+// Close stops Accept; http.Server closes its listener in both Shutdown and Close.
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
 func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080} }
 
 // dial connects from addr ("10.0.0.1:1234"; any other string is a non-IP address) and
-// returns the client's end.
+// returns the client's end, or nil once the listener is closed.
 func (l *pipeListener) dial(addr string) net.Conn {
 	srv, client := net.Pipe()
-	l.conns <- fromAddr{srv, addr}
-	return client
+	select {
+	case l.conns <- fromAddr{srv, addr}:
+		return client
+	case <-l.closed:
+		return nil
+	}
 }
 
 type fromAddr struct {

@@ -81,7 +81,7 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 	if ip := ln.Addr().(*net.TCPAddr).IP; len(c.HTTP.APIKeys) == 0 && !ip.IsLoopback() {
 		log.Warn("no API key, and the address is not loopback: anyone who can reach it can use the models; set --api-key or --api-key-file, or listen on 127.0.0.1 behind a proxy (docs/security.md)", "addr", ln.Addr().String())
 	}
-	front := newFrontEnd(ln, srv.Handler(), c.Conn, log)
+	front := server.NewFront(ln, srv.Handler(), c.Conn, log)
 	srv.SetReady(true)
 	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models, "model", c.Model)
 	fmt.Fprintf(stdout, "ortserve %s listening on http://%s\n", version, ln.Addr())
@@ -90,14 +90,14 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 	}
 
 	select {
-	case err := <-front.served:
+	case err := <-front.Stopped():
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
 	// Shutdown order: not ready, drain, stop accepting and answer the requests in flight,
-	// the queue's rest 503 when the grace runs out (frontEnd.shutdown), then the deferred
+	// the queue's rest 503 when the grace runs out (server.Front.Shutdown), then the deferred
 	// closes of the models (nothing waits on them by then) and of the environment.
-	return front.shutdown(shutdownPlan{Grace: c.Grace, DrainDelay: c.DrainDelay, SetReady: srv.SetReady, Abort: repo.Abort})
+	return front.Shutdown(server.ShutdownPlan{Grace: c.Grace, DrainDelay: c.DrainDelay, SetReady: srv.SetReady, Abort: repo.Abort})
 }
 
 // engineConfig is serve's settings for the engine its versions load on.

@@ -232,7 +232,7 @@ func TestDrainDelayKeepsServing(t *testing.T) {
 // SIGTERM while keep-alive clients send at 0.7× capacity, the signal sent the moment a burst
 // of requests has been written on connections that were idle: no request written before the
 // signal gets a transport error. http.Server.Shutdown alone closed such a connection under
-// its unread request; serve now reads on for minDrain first. It checks no time: the rate only
+// its unread request; serve now reads on for server.MinDrain first. It checks no time: the rate only
 // shapes the load, whatever the machine.
 func TestSIGTERMKeepAliveClients(t *testing.T) {
 	t.Parallel()

@@ -43,8 +43,8 @@ type Serve struct {
 	// Packing is auto, on or off: whether Batch.Packing is set, auto on the CPU only
 	// (engine.PackingOn).
 	Packing string
-	// Grace bounds everything after SIGTERM, DrainDelay included (cmd/server's
-	// frontEnd.shutdown).
+	// Grace bounds everything after SIGTERM, DrainDelay included (server.Front.Shutdown,
+	// which serves on for at least server.MinDrain whatever DrainDelay says).
 	Grace      time.Duration
 	DrainDelay time.Duration
 	Reload     time.Duration // how often the model repository is checked for changes; 0: never
@@ -55,38 +55,8 @@ type Serve struct {
 	APIKeyFile string
 }
 
-// Conn is how serve's HTTP server treats connections (docs/config.md, "Connections").
-type Conn struct {
-	// ReadTimeout bounds reading a request, head and body, from its first byte. Once the
-	// body is read, net/http lifts the deadline (for its background read, which watches for
-	// the client going away): the inference that follows is bounded by --request-timeout,
-	// not by this.
-	ReadTimeout time.Duration
-	// WriteTimeout bounds writing a response, from its first byte: a client that does not
-	// read its answer is cut off, but the time to compute the answer never counts.
-	WriteTimeout time.Duration
-	// IdleTimeout is how long a keep-alive connection may wait for its next request.
-	IdleTimeout time.Duration
-	// MaxConnsPerClient caps the connections one IP address holds open; 0: no cap.
-	MaxConnsPerClient int
-}
-
-// DefaultConn is how connections are treated when nothing is configured. The timeouts are
-// generous for what they bound, since each only cuts off a client that stalls, never
-// inference (see Conn). TEI's router sets none and leaves them to the proxy in front;
-// ortserve may face clients directly, so it sets its own.
-//   - read 30s: the largest body (2 MiB) at 1 Mbit/s takes 17 s. nginx allows 60 s between
-//     two reads of a body, which a client trickling a byte a minute satisfies forever; here
-//     it is 30 s for the whole request.
-//   - write 30s: a large answer (32 embeddings of 1024 floats, ~400 KB) to a slow reader.
-//   - idle 120s: longer than what load balancers and proxies keep an idle upstream
-//     connection (AWS ALB 60 s, nginx's upstream keepalive_timeout 60 s), so that they, not
-//     ortserve, close it: a server that closes first races the proxy's next request on it,
-//     which the proxy then answers 502. Behind a Google Cloud load balancer (600 s), raise it
-//     past 620 s.
-func DefaultConn() Conn {
-	return Conn{ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
-}
+// Conn is how serve's HTTP server treats connections (server.Conn).
+type Conn = server.Conn
 
 // cacheDir is where `make` puts native libraries and models.
 func cacheDir() string {
@@ -117,7 +87,7 @@ func Default() Serve {
 		Grace:       30 * time.Second,
 		Reload:      5 * time.Second,
 		HTTP:        server.DefaultConfig(),
-		Conn:        DefaultConn(),
+		Conn:        server.DefaultConn(),
 	}
 }
 
@@ -145,7 +115,7 @@ func flags(c *Serve) *flag.FlagSet {
 	fs.IntVar(&c.Batch.MaxQueueTokens, "max-queue-tokens", c.Batch.MaxQueueTokens, "tokens that may wait per model version; past it, 429")
 	fs.DurationVar(&c.Calibration, "calibration-budget", c.Calibration, "how long each model version measures its batch cost curve at start-up, from its smallest batch up; then it learns from the batches it serves. Longer: a better first guess, a slower start")
 	fs.DurationVar(&c.Grace, "grace", c.Grace, "bounds the whole shutdown, from SIGTERM to exit, drain delay included: requests still queued at its end are answered 503 (set it to Kubernetes' terminationGracePeriodSeconds, or a little under)")
-	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "after SIGTERM, how long readiness says 503 while requests are still served, for load balancers to stop sending (part of --grace)")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "after SIGTERM, how long readiness says 503 while requests are still served, for load balancers to stop sending (part of --grace); serve reads on for at least 500ms whatever it says")
 	fs.DurationVar(&c.Reload, "reload-interval", c.Reload, "how often to check the model repository and hot-reload changed models; 0: never")
 	fs.BoolVar(&c.Strict, "strict-placement", c.Strict, "fail to load a CUDA version if any node would fall back to CPU")
 	fs.IntVar(&c.HTTP.MaxInputs, "max-inputs", c.HTTP.MaxInputs, "most texts in one request")

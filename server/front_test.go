@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"bufio"
@@ -15,39 +15,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/ortserve/ortserve/cmd/server/internal/config"
+	"github.com/ortserve/ortserve/server"
 )
-
-// pipeListener accepts the server ends of the net.Pipe connections dial makes, so that an
-// http.Server runs inside a synctest bubble, on its fake clock.
-type pipeListener struct {
-	conns  chan net.Conn
-	closed chan struct{}
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	select {
-	case <-l.closed:
-	default:
-		close(l.closed)
-	}
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080} }
 
 // client is one connection to the server.
 type client struct {
@@ -55,11 +24,10 @@ type client struct {
 	br *bufio.Reader
 }
 
-func (l *pipeListener) dial(t *testing.T) *client {
-	srv, c := net.Pipe()
-	select {
-	case l.conns <- srv:
-	case <-l.closed:
+// connect dials the server from a client at 127.0.0.1.
+func (l *pipeListener) connect(t *testing.T) *client {
+	c := l.dial("127.0.0.1:1234")
+	if c == nil {
 		t.Fatal("dial: the listener is closed")
 	}
 	return &client{c, bufio.NewReader(c)}
@@ -99,10 +67,10 @@ func isTimeout(err error) bool {
 
 // startFront serves h on a pipe listener with c; the front end is shut down (closed at
 // once) when the test ends.
-func startFront(t *testing.T, h http.Handler, c config.Conn) (*frontEnd, *pipeListener) {
+func startFront(t *testing.T, h http.Handler, c server.Conn) (*server.Front, *pipeListener) {
 	pl := newPipeListener()
-	f := newFrontEnd(pl, h, c, slog.New(slog.DiscardHandler))
-	t.Cleanup(func() { f.hs.Close() })
+	f := server.NewFront(pl, h, c, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { f.Close() })
 	return f, pl
 }
 
@@ -119,10 +87,10 @@ func TestIdleTimeout(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := config.DefaultConn()
+				c := server.DefaultConn()
 				c.IdleTimeout = tt.idle
 				_, pl := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), c)
-				cl := pl.dial(t)
+				cl := pl.connect(t)
 				defer cl.Close()
 				for i := range 3 { // 4 s apart: each request restarts the idle wait
 					if resp, _, err := cl.do("GET", "/health", ""); err != nil || resp.StatusCode != 200 {
@@ -164,7 +132,7 @@ func TestConnTimeouts(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := config.DefaultConn()
+				c := server.DefaultConn()
 				c.ReadTimeout, c.WriteTimeout = time.Second, time.Second
 				handlerErr := make(chan string, 1)
 				_, pl := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -184,7 +152,7 @@ func TestConnTimeouts(t *testing.T) {
 					}
 					handlerErr <- ""
 				}), c)
-				cl := pl.dial(t)
+				cl := pl.connect(t)
 				defer cl.Close()
 				body := "0123456789"
 				trickled := make(chan struct{})
@@ -229,7 +197,7 @@ func TestConnTimeouts(t *testing.T) {
 // the harness's Abort (503), as requests wait in a batcher's queue; /quick answers 200 at
 // once.
 type shutdownHarness struct {
-	f        *frontEnd
+	f        *server.Front
 	pl       *pipeListener
 	ready    atomic.Bool
 	release  chan struct{}
@@ -260,12 +228,12 @@ func newShutdownHarness(t *testing.T) *shutdownHarness {
 			w.WriteHeader(503)
 		}
 	})
-	h.f, h.pl = startFront(t, mux, config.DefaultConn())
+	h.f, h.pl = startFront(t, mux, server.DefaultConn())
 	return h
 }
 
-func (h *shutdownHarness) plan(grace, drain time.Duration) shutdownPlan {
-	return shutdownPlan{Grace: grace, DrainDelay: drain, SetReady: h.ready.Store, Abort: func(ctx context.Context) error {
+func (h *shutdownHarness) plan(grace, drain time.Duration) server.ShutdownPlan {
+	return server.ShutdownPlan{Grace: grace, DrainDelay: drain, SetReady: h.ready.Store, Abort: func(ctx context.Context) error {
 		h.abortAt = time.Now()
 		h.deadline, _ = ctx.Deadline()
 		close(h.aborted)
@@ -279,19 +247,19 @@ func (h *shutdownHarness) plan(grace, drain time.Duration) shutdownPlan {
 func TestShutdownPhases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newShutdownHarness(t)
-		waiting := h.pl.dial(t) // a request that waits past the grace, as in a long queue
+		waiting := h.pl.connect(t) // a request that waits past the grace, as in a long queue
 		io.WriteString(waiting, "POST /work HTTP/1.1\r\nHost: ortserve\r\nContent-Length: 0\r\n\r\n")
 		synctest.Wait()
 
 		start := time.Now()
 		done := make(chan error, 1)
-		go func() { done <- h.f.shutdown(h.plan(8*time.Second, 2*time.Second)) }()
+		go func() { done <- h.f.Shutdown(h.plan(8*time.Second, 2*time.Second)) }()
 		time.Sleep(time.Second) // inside the drain delay
-		cl := h.pl.dial(t)      // new connections are still accepted
+		cl := h.pl.connect(t)   // new connections are still accepted
 		if resp, _, err := cl.do("GET", "/health", ""); err != nil || resp.StatusCode != 503 {
 			t.Errorf("/health during the drain delay: %v %v, want 503", resp, err)
 		}
-		cl = h.pl.dial(t)
+		cl = h.pl.connect(t)
 		if resp, _, err := cl.do("POST", "/quick", ""); err != nil || resp.StatusCode != 200 || !resp.Close {
 			t.Errorf("a request during the drain delay: %v %v, want 200 with Connection: close", resp, err)
 		}
@@ -324,7 +292,7 @@ func TestShutdownEnds(t *testing.T) {
 		wantAbort bool
 		wantTook  time.Duration // at most
 	}{
-		{"nothing in flight", false, 0, false, false, minDrain},
+		{"nothing in flight", false, 0, false, false, server.MinDrain},
 		{"answered in time", true, 2 * time.Second, false, false, 2*time.Second + 500*time.Millisecond},
 		{"answered 503 at the abort", true, 0, false, true, 4 * time.Second},
 		{"a handler that ignores the abort", true, 0, true, true, 4 * time.Second},
@@ -342,7 +310,7 @@ func TestShutdownEnds(t *testing.T) {
 				}
 				defer release()
 				if tt.inFlight {
-					c := h.pl.dial(t)
+					c := h.pl.connect(t)
 					defer c.Close()
 					io.WriteString(c, "POST /work HTTP/1.1\r\nHost: ortserve\r\nContent-Length: 0\r\n\r\n")
 					go io.Copy(io.Discard, c)
@@ -352,7 +320,7 @@ func TestShutdownEnds(t *testing.T) {
 				}
 				synctest.Wait()
 				start := time.Now()
-				if err := h.f.shutdown(h.plan(4*time.Second, 0)); err != nil {
+				if err := h.f.Shutdown(h.plan(4*time.Second, 0)); err != nil {
 					t.Errorf("shutdown: %v", err)
 				}
 				if took := time.Since(start); took > tt.wantTook || h.abortAt.IsZero() == tt.wantAbort {
@@ -364,13 +332,13 @@ func TestShutdownEnds(t *testing.T) {
 }
 
 // A client that sends on its idle keep-alive connection as SIGTERM arrives gets its answer,
-// with Connection: close, not a reset: for minDrain after the signal, with no drain delay
+// with Connection: close, not a reset: for server.MinDrain after the signal, with no drain delay
 // configured, the server goes on reading. An answer that starts after the signal closes its
 // connection even when its request came before; a connection still idle at the end is closed.
 func TestShutdownAnswersWhatWasSentAtTheSignal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newShutdownHarness(t)
-		sender, idle, slow := h.pl.dial(t), h.pl.dial(t), h.pl.dial(t)
+		sender, idle, slow := h.pl.connect(t), h.pl.connect(t), h.pl.connect(t)
 		for _, c := range []*client{sender, idle} {
 			if resp, _, err := c.do("POST", "/quick", ""); err != nil || resp.StatusCode != 200 || resp.Close {
 				t.Fatalf("before the signal: %v %v, want 200 kept alive", resp, err)
@@ -382,7 +350,7 @@ func TestShutdownAnswersWhatWasSentAtTheSignal(t *testing.T) {
 
 		start := time.Now()
 		done := make(chan error, 1)
-		go func() { done <- h.f.shutdown(h.plan(8*time.Second, 0)) }()
+		go func() { done <- h.f.Shutdown(h.plan(8*time.Second, 0)) }()
 		synctest.Wait() // the signal has arrived: not ready, draining
 		if resp, _, err := sender.do("POST", "/quick", ""); err != nil || resp.StatusCode != 200 || !resp.Close {
 			t.Errorf("a request sent on a kept-alive connection at the signal: %v %v, want 200 with Connection: close", resp, err)
@@ -394,8 +362,8 @@ func TestShutdownAnswersWhatWasSentAtTheSignal(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
-		if took := time.Since(start); took != minDrain {
-			t.Errorf("shutdown took %v, want the least drain, %v", took, minDrain)
+		if took := time.Since(start); took != server.MinDrain {
+			t.Errorf("shutdown took %v, want the least drain, %v", took, server.MinDrain)
 		}
 		synctest.Wait()
 		for name, c := range map[string]*client{"answered at the signal": sender, "idle": idle, "answered after the signal": slow} {

@@ -1,6 +1,6 @@
-package main
+package server
 
-// serve's HTTP server: how it treats connections (timeouts, a cap per client) and how it
+// serve's HTTP front end: how it treats connections (timeouts, a cap per client) and how it
 // stops on SIGTERM within --grace.
 
 import (
@@ -12,31 +12,62 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/ortserve/ortserve/cmd/server/internal/config"
-	"github.com/ortserve/ortserve/server"
 )
+
+// Conn is how serve's HTTP server treats connections (docs/config.md, "Connections").
+type Conn struct {
+	// ReadTimeout bounds reading a request, head and body, from its first byte. Once the
+	// body is read, net/http lifts the deadline (for its background read, which watches for
+	// the client going away): the inference that follows is bounded by --request-timeout,
+	// not by this.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response, from its first byte: a client that does not
+	// read its answer is cut off, but the time to compute the answer never counts.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next request.
+	IdleTimeout time.Duration
+	// MaxConnsPerClient caps the connections one IP address holds open; 0: no cap.
+	MaxConnsPerClient int
+}
+
+// DefaultConn is how connections are treated when nothing is configured. The timeouts are
+// generous for what they bound, since each only cuts off a client that stalls, never
+// inference (see Conn). TEI's router sets none and leaves them to the proxy in front;
+// ortserve may face clients directly, so it sets its own.
+//   - read 30s: the largest body (2 MiB) at 1 Mbit/s takes 17 s. nginx allows 60 s between
+//     two reads of a body, which a client trickling a byte a minute satisfies forever; here
+//     it is 30 s for the whole request.
+//   - write 30s: a large answer (32 embeddings of 1024 floats, ~400 KB) to a slow reader.
+//   - idle 120s: longer than what load balancers and proxies keep an idle upstream
+//     connection (AWS ALB 60 s, nginx's upstream keepalive_timeout 60 s), so that they, not
+//     ortserve, close it: a server that closes first races the proxy's next request on it,
+//     which the proxy then answers 502. Behind a Google Cloud load balancer (600 s), raise it
+//     past 620 s.
+func DefaultConn() Conn {
+	return Conn{ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+}
 
 // readHeaderTimeout bounds a request's head, and a new connection's wait for its first
 // request: headers are small, and a client that trickles them holds a connection for
 // nothing.
 const readHeaderTimeout = 10 * time.Second
 
-// minDrain is the least time shutdown goes on serving after SIGTERM, whatever --drain-delay
+// MinDrain is the least time Shutdown goes on serving after SIGTERM, whatever --drain-delay
 // says (within --grace). http.Server.Shutdown closes the listener and every idle keep-alive
 // connection at once. A request that a client wrote on an idle connection just before the
 // signal, still in the kernel's socket buffer because the server had not yet read it, is
 // lost with the connection, and so is one on a connection still in the listener's backlog:
 // its client sees a reset or an EOF for a request it sent while the server was up. Serving
-// on for minDrain, every such request is read and answered (with Connection: close, so that
+// on for MinDrain, every such request is read and answered (with Connection: close, so that
 // its connection closes after the answer); a connection still idle at the end has sent
 // nothing since the signal, and Shutdown closes it. Reading what has already arrived takes
 // a busy server milliseconds (a goroutine's scheduling delay); half a second leaves a wide
 // margin, and costs every shutdown that much.
-const minDrain = 500 * time.Millisecond
+const MinDrain = 500 * time.Millisecond
 
-// frontEnd is serve's HTTP server over one listener.
-type frontEnd struct {
+// Front is serve's HTTP server over one listener: its connection timeouts and cap per
+// client, and its shutdown.
+type Front struct {
 	hs     *http.Server
 	served chan error // Serve's return
 	// draining is set by shutdown: answers then say Connection: close.
@@ -44,9 +75,9 @@ type frontEnd struct {
 	log      *slog.Logger
 }
 
-// newFrontEnd serves h on ln as c says, until shutdown.
-func newFrontEnd(ln net.Listener, h http.Handler, c config.Conn, log *slog.Logger) *frontEnd {
-	f := &frontEnd{served: make(chan error, 1), log: log}
+// NewFront serves h on ln as c says, until Shutdown.
+func NewFront(ln net.Listener, h http.Handler, c Conn, log *slog.Logger) *Front {
+	f := &Front{served: make(chan error, 1), log: log}
 	f.hs = &http.Server{
 		Handler:           f.deadlines(h, c.WriteTimeout),
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -64,12 +95,12 @@ func newFrontEnd(ln net.Listener, h http.Handler, c config.Conn, log *slog.Logge
 	if c.IdleTimeout == 0 {
 		f.hs.IdleTimeout = -1 // no timeout; http.Server would take ReadTimeout for 0
 	}
-	ln = server.LimitConnsPerClient(ln, c.MaxConnsPerClient)
+	ln = LimitConnsPerClient(ln, c.MaxConnsPerClient)
 	go func() { f.served <- f.hs.Serve(ln) }()
 	return f
 }
 
-// deadlines gives each response the write deadline config.Conn describes. http.Server's own
+// deadlines gives each response the write deadline Conn describes. http.Server's own
 // WriteTimeout runs from the end of the request's head, so by itself it would bound
 // inference too: the write of an answer that took long to compute would fail, and the
 // client would see a reset. So the deadline is lifted when the handler starts, and set anew
@@ -82,7 +113,7 @@ func newFrontEnd(ln net.Listener, h http.Handler, c config.Conn, log *slog.Logge
 // pod after it leaves the endpoints. That is decided when the answer starts, not when the
 // request does: a request admitted before the signal and answered after it closes its
 // connection too, rather than leaving it idle for the client to send on as it is closed.
-func (f *frontEnd) deadlines(h http.Handler, write time.Duration) http.Handler {
+func (f *Front) deadlines(h http.Handler, write time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		// Fails only where the writer cannot take deadlines (ErrNotSupported) or the
@@ -138,10 +169,10 @@ func (w *writeDeadline) FlushError() error {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *writeDeadline) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// shutdownPlan is what shutdown stops, besides the HTTP server.
-type shutdownPlan struct {
+// ShutdownPlan is what Shutdown stops, besides the HTTP server.
+type ShutdownPlan struct {
 	Grace time.Duration // from SIGTERM to the last connection closed
-	// DrainDelay is, of Grace, how long to keep serving while not ready; at least minDrain.
+	// DrainDelay is, of Grace, how long to keep serving while not ready; at least MinDrain.
 	DrainDelay time.Duration
 	// SetReady flips readiness (/health, KServe's ready).
 	SetReady func(bool)
@@ -150,11 +181,11 @@ type shutdownPlan struct {
 	Abort func(context.Context) error
 }
 
-// shutdown stops the front end within p.Grace of its call, which is SIGTERM's arrival:
+// Shutdown stops the front end within p.Grace of its call, which is SIGTERM's arrival:
 //
 //  1. not ready: /health and KServe's ready say 503, while everything else is served as
 //     before (with Connection: close) for the drain delay, for load balancers to notice,
-//     and for at least minDrain, for what clients sent before the signal to be read;
+//     and for at least MinDrain, for what clients sent before the signal to be read;
 //  2. http.Server.Shutdown: no new connections; the requests in flight are answered, until
 //     the last tail of the grace, tail = min(grace/4, 1s);
 //  3. if some are still waiting: Abort answers what is queued with 503 at once, and lets the
@@ -168,13 +199,13 @@ type shutdownPlan struct {
 // needed: the shutdown went as configured.
 //
 //nolint:contextcheck // it starts when serve's ctx is done: its deadlines are the grace's, on fresh contexts
-func (f *frontEnd) shutdown(p shutdownPlan) error {
+func (f *Front) Shutdown(p ShutdownPlan) error {
 	start := time.Now()
 	end := start.Add(p.Grace)
 	tail := min(p.Grace/4, time.Second)
 	p.SetReady(false)
 	f.draining.Store(true)
-	drain := min(max(p.DrainDelay, minDrain), p.Grace-tail)
+	drain := min(max(p.DrainDelay, MinDrain), p.Grace-tail)
 	f.log.Info("shutting down", "grace", p.Grace, "drain_delay", drain)
 	if d := drain; d > 0 {
 		select {
@@ -206,8 +237,14 @@ func (f *frontEnd) shutdown(p shutdownPlan) error {
 	return f.serveErr()
 }
 
+// Stopped receives the HTTP server's error if it stops by itself, before Shutdown.
+func (f *Front) Stopped() <-chan error { return f.served }
+
+// Close closes the listener and every connection at once.
+func (f *Front) Close() error { return f.hs.Close() }
+
 // serveErr is Serve's error once the server is shut down: none for a clean stop.
-func (f *frontEnd) serveErr() error {
+func (f *Front) serveErr() error {
 	if err := <-f.served; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http server: %w", err)
 	}
