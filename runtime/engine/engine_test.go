@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,29 +21,13 @@ import (
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/runtime/engine"
 	"github.com/ortserve/ortserve/runtime/ort"
+	"github.com/ortserve/ortserve/runtime/ort/orttest"
 	"github.com/ortserve/ortserve/tokenize"
 )
 
 var env *ort.Env
 
-func TestMain(m *testing.M) {
-	lib := os.Getenv("ORTSERVE_ORT_LIB")
-	if lib == "" || os.Getenv("ORTSERVE_MODELS") == "" {
-		fmt.Fprintln(os.Stderr, "runtime/engine: ORTSERVE_ORT_LIB and ORTSERVE_MODELS are not set: run these tests with `make test`")
-		os.Exit(1)
-	}
-	var err error
-	if env, err = ort.Open(lib); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { orttest.Main(m, "runtime/engine", &env) }
 
 // texts are short sentences of several lengths.
 var texts = []string{

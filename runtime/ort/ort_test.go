@@ -15,30 +15,14 @@ import (
 
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/runtime/ort/onnxtest"
+	"github.com/ortserve/ortserve/runtime/ort/orttest"
 	"github.com/ortserve/ortserve/tokenize"
 )
 
 // These tests run the real ONNX Runtime on the real models: `make test` provides both.
 var env *ort.Env
 
-func TestMain(m *testing.M) {
-	lib := os.Getenv("ORTSERVE_ORT_LIB")
-	if lib == "" || os.Getenv("ORTSERVE_MODELS") == "" {
-		fmt.Fprintln(os.Stderr, "runtime/ort: ORTSERVE_ORT_LIB and ORTSERVE_MODELS are not set: run these tests with `make test`")
-		os.Exit(1)
-	}
-	var err error
-	if env, err = ort.Open(lib); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { orttest.Main(m, "runtime/ort", &env) }
 
 func modelFile(name, version string) string {
 	return filepath.Join(os.Getenv("ORTSERVE_MODELS"), name, version+".onnx")
