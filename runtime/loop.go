@@ -50,7 +50,7 @@ type running struct {
 func newLoop(b *Batcher) *loop {
 	return &loop{
 		b: b, q: newQueue(b.cfg.Order), free: b.pool.Size(), discount: 1,
-		lim:      limits{rows: b.cfg.MaxBatchSize, tokens: b.cfg.MaxBatchTokens, packTokens: packLimit(b.cfg.MaxBatchTokens)},
+		lim:      limits{rows: b.cfg.MaxBatchSize, tokens: b.cfg.MaxBatchTokens, packTokens: b.cfg.PackLimit()},
 		finished: make(chan finished, b.pool.Size()),
 	}
 }

@@ -17,14 +17,15 @@ const speedupSlack = 0.05
 type limits struct {
 	rows       int           // MaxBatchSize
 	tokens     int           // MaxBatchTokens: padded tokens, rows × the longest; 0: none
-	packTokens int           // the tokens of a packed batch (packLimit)
+	packTokens int           // the tokens of a packed batch (BatchConfig.PackLimit)
 	runBudget  time.Duration // the SLO controller's batch budget: the longest predicted run; 0: none
 }
 
-// packLimit is the most tokens a packed batch takes, under a config's MaxBatchTokens.
-func packLimit(maxBatchTokens int) int {
-	if maxBatchTokens > 0 {
-		return min(maxBatchTokens, MaxPackTokens)
+// PackLimit is the most tokens a packed batch takes: MaxPackTokens, or MaxBatchTokens if
+// that is less.
+func (c BatchConfig) PackLimit() int {
+	if c.MaxBatchTokens > 0 {
+		return min(c.MaxBatchTokens, MaxPackTokens)
 	}
 	return MaxPackTokens
 }

@@ -87,20 +87,16 @@ func (v *Version) RunFixed(ctx context.Context, encs []tokenize.Encoding) ([]run
 }
 
 // fits is how many of encs, from the first, one batch takes: at least one, at most
-// MaxBatchSize rows within MaxBatchTokens padded tokens (packed: within MaxBatchTokens and
-// runtime.MaxPackTokens texts' tokens end to end), as the batcher bounds a batch.
+// MaxBatchSize rows within MaxBatchTokens padded tokens (packed: within PackLimit texts'
+// tokens end to end), as the batcher bounds a batch.
 func (v *Version) fits(encs []tokenize.Encoding) int {
-	packLimit := runtime.MaxPackTokens
-	if v.cfg.MaxBatchTokens > 0 {
-		packLimit = min(packLimit, v.cfg.MaxBatchTokens)
-	}
 	longest, tokens := 0, 0
 	for i, e := range encs {
 		if i == v.cfg.MaxBatchSize {
 			return i
 		}
 		l, t := max(longest, e.Len()), tokens+e.Len()
-		if i > 0 && v.packed && t > packLimit {
+		if i > 0 && v.packed && t > v.cfg.PackLimit() {
 			return i
 		}
 		if i > 0 && !v.packed && v.cfg.MaxBatchTokens > 0 && (i+1)*l > v.cfg.MaxBatchTokens {
