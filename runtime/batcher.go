@@ -20,7 +20,8 @@ import (
 // batch with the best predicted speed-up over running its rows alone, within MaxBatchSize,
 // MaxBatchTokens and, under an SLO, the controller's batch budget. On a CPU where batching
 // mixed lengths costs more per text, that settles near one row; where batching pays (a GPU,
-// or rows of one length) it grows.
+// or rows of one length) it grows. While serving, the batcher measures its batches against
+// batch 1 and stops forming the kinds that lose, whatever the model predicts (regret.go).
 type BatchConfig struct {
 	MaxBatchSize   int // rows per batch
 	MaxBatchTokens int // padded tokens per batch (rows × longest row); 0: no budget
@@ -88,6 +89,7 @@ type Batcher struct {
 	in     chan *request
 	ended  ended
 	gauges gauges
+	check  checkView // the loop's check against batch 1, as it last published it
 
 	stop    chan struct{} // closed by Close or Abort: admission ends, the loop winds down
 	stopped chan struct{} // closed when the loop has returned and no batch runs

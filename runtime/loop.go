@@ -28,6 +28,10 @@ type loop struct {
 	// whatever the device's load adds. Queued rows are predicted at their batch-of-one
 	// time × discount.
 	discount float64
+	// regret checks the batches against batch 1, and stops the planner forming a class of
+	// batch that loses.
+	regret   regret
+	lens     []int // the lengths of a finished batch's rows, reused
 	finished chan finished
 	ended    []*request // taken from b.ended, reused
 }
@@ -38,6 +42,9 @@ type finished struct {
 	took   time.Duration
 	single time.Duration // Σ of the rows' predicted batch-of-one times
 	ok     bool
+	// For the check against batch 1: the batch's class and its predicted time.
+	class     class
+	predicted time.Duration
 }
 
 // running is a batch on a session, as the loop predicts it.
@@ -203,6 +210,7 @@ func (l *loop) next() {
 	if l.b.ctl != nil {
 		_, lim.runBudget = l.b.ctl.budgets()
 	}
+	lim.stopped = l.regret.stopped()
 	p := planBatch(l.q.view(time.Now()), l.free, lim, l.b.pack, l.b.cost.Predict, l.b.cost.Observations() > 0)
 	l.q.take(p.rows)
 	for i, w := range p.rows {
@@ -219,12 +227,13 @@ func (l *loop) next() {
 func (l *loop) dispatch(p plan) {
 	batch := p.rows
 	encs := make([]tokenize.Encoding, len(batch))
-	realTokens := 0
+	realTokens, longest := 0, 0
 	now := time.Now()
 	var single time.Duration
 	for i, w := range batch {
 		encs[i] = w.req.encs[w.i]
 		realTokens += encs[i].Len()
+		longest = max(longest, encs[i].Len())
 		single += l.b.cost.Predict(1, encs[i].Len())
 		if i == 0 || batch[i-1].req != w.req { // rows of one request are adjacent: count the batch once
 			w.req.reply.dispatch(now)
@@ -235,12 +244,14 @@ func (l *loop) dispatch(p plan) {
 	l.nextID++
 	l.runs = append(l.runs, running{id: l.nextID, end: now.Add(predicted), rows: batch})
 	l.b.obs.Batch(len(batch), in.Rows*in.Cols, realTokens)
-	go l.b.runBatch(finished{id: l.nextID, single: single}, batch, in, now, l.finished)
+	c := classOf(len(batch), realTokens, longest, l.b.pack)
+	l.regret.dispatched(c, len(batch))
+	go l.b.runBatch(finished{id: l.nextID, single: single, class: c, predicted: predicted}, batch, in, now, l.finished)
 }
 
 // done takes in a finished batch: its session is free, and its run time teaches the
-// discount. A batch that failed has failed its requests: their rows still queued would run
-// for nobody, and are dropped.
+// discount and the check against batch 1. A batch that failed has failed its requests: their
+// rows still queued would run for nobody, and are dropped.
 func (l *loop) done(f finished) {
 	l.free++
 	k := slices.IndexFunc(l.runs, func(r running) bool { return r.id == f.id })
@@ -256,6 +267,12 @@ func (l *loop) done(f finished) {
 		l.drop()
 		return
 	}
+	l.lens = l.lens[:0]
+	for _, w := range run.rows {
+		l.lens = append(l.lens, w.len())
+	}
+	l.regret.observe(f.class, l.lens, f.took, f.predicted, l.b.cost.Predict)
+	l.b.check.publish(&l.regret)
 	if f.single <= 0 {
 		return
 	}

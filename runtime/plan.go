@@ -19,7 +19,14 @@ type limits struct {
 	tokens     int           // MaxBatchTokens: padded tokens, rows × the longest; 0: none
 	packTokens int           // the tokens of a packed batch (BatchConfig.PackLimit)
 	runBudget  time.Duration // the SLO controller's batch budget: the longest predicted run; 0: none
+	// stopped is, by length band, a mask of the row bands (bit r: rowBandTop[r]) of the
+	// classes the planner may not form: the loop's check against batch 1 (regret.go). Zero:
+	// none.
+	stopped [nLenBands]uint8
 }
+
+// allows says whether the planner may form a batch of class c.
+func (l limits) allows(c class) bool { return l.stopped[c.length]&(1<<c.rows) == 0 }
 
 // PackLimit is the most tokens a packed batch takes: MaxPackTokens, or MaxBatchTokens if
 // that is less.
@@ -99,6 +106,9 @@ type plan struct {
 // together, makes the batch dearer than its rows. Counting each row at its own length, rather
 // than texts per second, keeps a long row from looking cheap company for short ones that
 // would have run cheaply alone.
+//
+// A candidate of a class that lim stops is never taken; the row served first, alone, always
+// may be.
 func planBatch(v view, free int, lim limits, pack bool, cost func(rows, cols int) time.Duration, known bool) plan {
 	if len(v.byLen) == 0 {
 		return plan{}
@@ -167,7 +177,7 @@ func planPadded(v view, limit int, lim limits, cost func(rows, cols int) time.Du
 			lo--
 		}
 		single += cost(1, q[next].len())
-		gains = append(gains, gain(single, d, rows, known))
+		gains = append(gains, allowed(lim, classOf(rows, 0, l, false), gain(single, d, rows, known)))
 		los = append(los, lo)
 	}
 	k := choose(gains)
@@ -205,7 +215,7 @@ func planPacked(v view, limit int, lim limits, cost func(rows, cols int) time.Du
 		tokens, lens = tokens+w.len(), cand
 		single += cost(1, w.len())
 		take = append(take, w)
-		gains = append(gains, gain(single, d, len(take), known))
+		gains = append(gains, allowed(lim, classOf(len(take), tokens, 0, true), gain(single, d, len(take), known)))
 	}
 	take = take[:choose(gains)+1]
 	slices.SortFunc(take, bySeq)
@@ -227,6 +237,15 @@ func choose(gains []float64) int {
 		}
 	}
 	return best
+}
+
+// allowed is g, a candidate's speed-up, if lim allows its class c, and 0 if not: choose never
+// takes a candidate of speed-up 0, since the first, of 1, is always better.
+func allowed(lim limits, c class, g float64) float64 {
+	if !lim.allows(c) {
+		return 0
+	}
+	return g
 }
 
 // gain is single, the predicted time of a batch's rows one by one, over d, the batch's

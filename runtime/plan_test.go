@@ -22,6 +22,15 @@ func TestPlanBatch(t *testing.T) {
 		packed    = shapeCost(3, 0, 0.1, 0)     // packing amortizes the fixed cost at any length
 		budget    = func(d time.Duration) limits { return limits{rows: 32, packTokens: MaxPackTokens, runBudget: d} }
 		maxRows   = func(n int) limits { return limits{rows: n, packTokens: MaxPackTokens} }
+		// stopping is a limit of 32 rows with the classes of row bands from r up stopped in
+		// the length bands given (the check against batch 1).
+		stopping = func(r int, bands ...int) limits {
+			l := maxRows(32)
+			for _, b := range bands {
+				l.stopped[b] = ^uint8(0) << r
+			}
+			return l
+		}
 	)
 	for _, tc := range []struct {
 		name  string
@@ -62,6 +71,14 @@ func TestPlanBatch(t *testing.T) {
 		{"packed: served order", OrderShortest, []int{30, 8, 60, 9}, []int{2}, 1, maxRows(3), true, packed, "[1 2 3] [[1 2 0]]"},
 		// 16 texts of 16 tokens: as 16 rows of one text 3 + 1.856 ms each, against 4.856 ms
 		// one by one; the fewest within speedupSlack of the best speed-up are 11.
+		// Batches of 3 rows and more of up to 32 tokens are stopped: of 1 and 2 rows, 2
+		// (1.56: 5.6 ms one by one against 3.6).
+		{"stopped: the best speed-up of the classes allowed", OrderShortest, repeat(8, 16), nil, 1, stopping(2, 0), false, linear, "[0 1] []"},
+		{"stopped: every batch of several rows, the row served first alone", OrderShortest, repeat(8, 16), nil, 1, stopping(1, 0, 1, 2, 3, 4), false, linear, "[0] []"},
+		{"stopped in another length band: no change", OrderShortest, repeat(8, 16), nil, 1, stopping(1, 1), false, linear, "[0 1 2 3 4 5 6] []"},
+		// Packed, a batch's length is its mean text: 8 tokens alone, or 8 and 8, are in
+		// 1–32, stopped; 8, 8 and 120 are a mean of 46, in 33–64, allowed.
+		{"packed, stopped by the mean's band", OrderShortest, []int{8, 8, 120}, nil, 1, stopping(1, 0), true, packed, "[0 1 2] [[2 0 1]]"},
 		{"packed: attention makes several rows cheaper", OrderShortest, repeat(16, 16), nil, 1, maxRows(32), true, attention,
 			fmt.Sprint(seq(11), " ", eachRow(11))},
 	} {

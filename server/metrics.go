@@ -109,6 +109,20 @@ var (
 		"Longest predicted run of one batch the version forms under its SLO.", []string{"model", "version"}, nil)
 	sloDecisionsDesc = prometheus.NewDesc("ortserve_slo_decisions_total",
 		"Times the version's SLO controller changed its budgets.", []string{"model", "version"}, nil)
+	// The check of the batches against batch 1, by class of batch shape: `rows` and `tokens`
+	// are bands (runtime.ClassCheck), so the series are bounded.
+	classLabels  = []string{"model", "version", "rows", "tokens"}
+	realisedDesc = prometheus.NewDesc("ortserve_batch_realised_cost_per_text_seconds",
+		"Measured run time per text of the version's batches of the class (rows: texts a batch; tokens: its longest text, padded, or its mean, packed), per text of the band's upper bound; rows 1 is batch 1.",
+		classLabels, nil)
+	predictedDesc = prometheus.NewDesc("ortserve_batch_predicted_cost_per_text_seconds",
+		"What the cost model predicted per text for the version's batches of the class, per text of the band's upper bound.", classLabels, nil)
+	vsBatch1Desc = prometheus.NewDesc("ortserve_batch_vs_batch1_ratio",
+		"Measured run time of the version's batches of the class over what their texts took in batches of one row: above 1, batching the class loses.", classLabels, nil)
+	allowedDesc = prometheus.NewDesc("ortserve_batch_allowed",
+		"1 while the version's batcher forms batches of the class, 0 once it has stopped for measuring them dearer than batch 1.", classLabels, nil)
+	fallbacksDesc = prometheus.NewDesc("ortserve_batch_fallbacks_total",
+		"Times the version's batcher stopped forming a class of batch for measuring it dearer per text than batch 1.", []string{"model", "version"}, nil)
 )
 
 // schedCollector reads each version's scheduler state at scrape time.
@@ -117,7 +131,8 @@ type schedCollector struct {
 }
 
 func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{costDesc, costObsDesc, sloTargetDesc, sloObservedDesc, sloBudgetDesc, sloBatchDesc, sloDecisionsDesc} {
+	for _, d := range []*prometheus.Desc{costDesc, costObsDesc, sloTargetDesc, sloObservedDesc, sloBudgetDesc, sloBatchDesc, sloDecisionsDesc,
+		realisedDesc, predictedDesc, vsBatch1Desc, allowedDesc, fallbacksDesc} {
 		ch <- d
 	}
 }
@@ -136,6 +151,17 @@ func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(costDesc, p.Ms/1e3, mi.Name, version, strconv.Itoa(p.Rows), strconv.Itoa(p.Tokens))
 			}
 			gauge(costObsDesc, float64(st.Cost.Observations), mi.Name, version)
+			for _, c := range st.Check.Classes {
+				gauge(realisedDesc, c.RealisedMs/1e3, mi.Name, version, c.Rows, c.Tokens)
+				gauge(predictedDesc, c.PredictedMs/1e3, mi.Name, version, c.Rows, c.Tokens)
+				gauge(vsBatch1Desc, c.VsBatch1, mi.Name, version, c.Rows, c.Tokens)
+				allowed := 0.0
+				if c.Allowed {
+					allowed = 1
+				}
+				gauge(allowedDesc, allowed, mi.Name, version, c.Rows, c.Tokens)
+			}
+			ch <- prometheus.MustNewConstMetric(fallbacksDesc, prometheus.CounterValue, float64(st.Check.Fallbacks), mi.Name, version)
 			if s := st.SLO; s != nil {
 				gauge(sloTargetDesc, s.TargetP95Ms/1e3, mi.Name, version)
 				gauge(sloObservedDesc, s.ObservedP95Ms/1e3, mi.Name, version)
