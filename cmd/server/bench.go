@@ -292,11 +292,8 @@ func runCompare(args []string, stdout io.Writer) error {
 // every view can be made again from it.
 func runReport(args []string, stdout io.Writer) error {
 	var c config.Bench
-	fs := flag.NewFlagSet("bench report", flag.ContinueOnError)
+	fs := reportFlags(&c)
 	fs.SetOutput(os.Stderr)
-	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
-	fs.StringVar(&c.HTML, "html", "", "write the report as one HTML file with SVG plots")
-	fs.BoolVar(&c.PlanHelm, "plan-helm", false, "after the report, print Helm values for deploy/ sized for the SLO's rps")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -308,4 +305,13 @@ func runReport(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w (%w)", err, errUsage)
 	}
 	return writeBench(&c, r, stdout)
+}
+
+// reportFlags is `server bench report`'s flag set, bound to c's views.
+func reportFlags(c *config.Bench) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench report", flag.ContinueOnError)
+	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
+	fs.StringVar(&c.HTML, "html", "", "write the report as one HTML file with SVG plots")
+	fs.BoolVar(&c.PlanHelm, "plan-helm", false, "after the report, print Helm values for deploy/ sized for the SLO's rps")
+	return fs
 }

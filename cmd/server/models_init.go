@@ -16,19 +16,8 @@ import (
 // init, prints the model.yaml inferred for a Hugging Face model folder that has none, each
 // value's reason in a comment, for a user to check and pin.
 func runModels(_ context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("models init", flag.ContinueOnError)
-	output := fs.String("output", "", "the graph output to read, when several could be the one (the error says which)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: server models init [--output NAME] DIR
-
-Prints the model.yaml that serve infers for DIR, a Hugging Face model folder without one
-(config.json, tokenizer.json and .onnx files at its root or in onnx/; a hub cache folder
-models--org--name too), with where each value came from. Save it as DIR/model.yaml to pin
-it: a model.yaml always wins. docs/models.md lists the rules.
-
-`)
-		fs.PrintDefaults()
-	}
+	output := new(string)
+	fs := modelsInitFlags(output)
 	if len(args) == 0 || args[0] != "init" {
 		fs.SetOutput(os.Stderr)
 		fs.Usage()
@@ -67,4 +56,22 @@ it: a model.yaml always wins. docs/models.md lists the rules.
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// modelsInitFlags is `server models init`'s flag set, --output bound to output.
+func modelsInitFlags(output *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("models init", flag.ContinueOnError)
+	fs.StringVar(output, "output", "", "the graph output to read, when several could be the one (the error says which)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: server models init [--output NAME] DIR
+
+Prints the model.yaml that serve infers for DIR, a Hugging Face model folder without one
+(config.json, tokenizer.json and .onnx files at its root or in onnx/; a hub cache folder
+models--org--name too), with where each value came from. Save it as DIR/model.yaml to pin
+it: a model.yaml always wins. docs/models.md lists the rules.
+
+`)
+		fs.PrintDefaults()
+	}
+	return fs
 }
