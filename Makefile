@@ -221,7 +221,7 @@ gpu-check: tokenizers models ## the folder to send to a GPU host, $(BENCH_OUT)/g
 bench-crosscheck: deps models build ## bench against vegeta at one rate on the same server (docs/bench.md)
 	$(RUN_ENV) scripts/bench-crosscheck.sh ./$(BIN) $(VEGETA) $(BENCH_OUT)/crosscheck
 
-bench-peers: deps models build ## ortserve against a hugot (Go + ORT) and a FastAPI peer, each pinned to one core: $(BENCH_OUT)/peers/ (~20 min)
+bench-peers: deps data models build ## ortserve against itself at --max-batch 1, a hugot (Go + ORT) and a FastAPI peer, each pinned to one core, on short texts and passages: $(BENCH_OUT)/peers/ (~1.5 h; PEERS_QUICK=1: minutes)
 	$(RUN_ENV) GO=$(GO) scripts/bench-peers.sh ./$(BIN) $(PEERS) $(BENCH_OUT)/peers
 
 clean: ## remove build outputs (the cache stays; rm -rf $(CACHE) to drop it)

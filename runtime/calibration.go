@@ -82,6 +82,19 @@ func CalibrationBatches(maxBatch int, packed bool) []tokenize.Batch {
 // SyntheticBatch is rows texts of cols [CLS]-like ids, padded: the shape that warm-up and
 // calibration run, whose cost does not depend on which tokens fill it.
 func SyntheticBatch(rows, cols int) tokenize.Batch {
+	return tokenize.Pad(syntheticTexts(rows, cols))
+}
+
+// SyntheticLayout is rows of SyntheticBatch's texts of cols ids, laid out as the batcher lays
+// out a batch of them on what cost has learned: packed, end to end in the rows packRows
+// chooses (the layout Curve predicts), or padded, one text a row. Predicting its Rows × Cols
+// is then what the planner predicts of that batch; `server bench --offline --curve` runs it to
+// see how far the learned curve is from the device.
+func SyntheticLayout(rows, cols int, packed bool, cost *CostModel) tokenize.Batch {
+	return layOut(syntheticTexts(rows, cols), layout(slices.Repeat([]int{cols}, rows), packed, cost.Predict))
+}
+
+func syntheticTexts(rows, cols int) []tokenize.Encoding {
 	encs := make([]tokenize.Encoding, rows)
 	for i := range encs {
 		ids := make([]int64, cols)
@@ -91,5 +104,5 @@ func SyntheticBatch(rows, cols int) tokenize.Batch {
 		ids[0], ids[len(ids)-1] = 101, 102
 		encs[i] = tokenize.Encoding{IDs: ids, TypeIDs: make([]int64, cols)}
 	}
-	return tokenize.Pad(encs)
+	return encs
 }

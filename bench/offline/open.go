@@ -37,18 +37,11 @@ func Open(ctx context.Context, l Loader, dir, version string, texts []string) (*
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cfg, err := models.LoadConfig(dir, slog.New(slog.DiscardHandler))
+	cfg, vc, err := versionOf(l, dir, version)
 	if err != nil {
 		return nil, err
 	}
 	version = cmp.Or(version, cfg.DefaultVersion)
-	vc, ok := cfg.Versions[version]
-	if !ok {
-		return nil, &models.UnknownError{Kind: models.ErrUnknownVersion, Name: cfg.Name + "/" + version, Known: slices.Sorted(maps.Keys(cfg.Versions))}
-	}
-	if !vc.RunsOn(l.Device()) {
-		return nil, fmt.Errorf("offline: %s/%s runs on %v, not %s", cfg.Name, version, vc.Devices, l.Device())
-	}
 	tok, err := l.Tokenizer(filepath.Join(dir, cfg.Tokenizer), cfg.MaxLength)
 	if err != nil {
 		return nil, fmt.Errorf("offline: %s: tokenizer: %w", cfg.Name, err)
@@ -69,4 +62,22 @@ func Open(ctx context.Context, l Loader, dir, version string, texts []string) (*
 // sessions and threads serve would give it on l. Each batch size runs for per.
 func LimitOf(ctx context.Context, l Loader, dir, version string, texts []string, batches []int, per time.Duration) ([]bench.OfflinePoint, error) {
 	return Limit(ctx, func(ctx context.Context) (*Rig, error) { return Open(ctx, l, dir, version, texts) }, batches, per)
+}
+
+// versionOf reads the config of the model folder dir and the config of version ("": the
+// default), which must run on l's device.
+func versionOf(l Loader, dir, version string) (models.Config, models.VersionConfig, error) {
+	cfg, err := models.LoadConfig(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return cfg, models.VersionConfig{}, err
+	}
+	version = cmp.Or(version, cfg.DefaultVersion)
+	vc, ok := cfg.Versions[version]
+	if !ok {
+		return cfg, vc, &models.UnknownError{Kind: models.ErrUnknownVersion, Name: cfg.Name + "/" + version, Known: slices.Sorted(maps.Keys(cfg.Versions))}
+	}
+	if !vc.RunsOn(l.Device()) {
+		return cfg, vc, fmt.Errorf("offline: %s/%s runs on %v, not %s", cfg.Name, version, vc.Devices, l.Device())
+	}
+	return cfg, vc, nil
 }

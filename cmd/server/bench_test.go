@@ -430,6 +430,11 @@ func TestBenchUsage(t *testing.T) {
 		{"offline only, unknown version", []string{"--offline", "--model", "minilm", "--versions", "fp32,fp64"}, []string{"--versions", `"fp64"`, "fp32", "int8"}},
 		{"bad offline batch", []string{"--offline", "--model", "minilm", "--offline-batches", "1,0"}, []string{"--offline-batches", `"0"`}},
 		{"offline batches without offline", []string{"--url", "URL", "--rate", "10", "--offline-batches", "1"}, []string{"--offline-batches", "add --offline"}},
+		{"curve with load", []string{"--url", "URL", "--rate", "10", "--curve"}, []string{"--curve", "--offline alone"}},
+		{"curve without offline", []string{"--model", "minilm", "--curve"}, []string{"--curve", "--offline alone"}},
+		{"curve with no run", []string{"--offline", "--model", "minilm", "--curve", "--curve-runs", "0"}, []string{"--curve-runs 0", "at least 1"}},
+		{"curve with offline batches", []string{"--offline", "--model", "minilm", "--curve", "--offline-batches", "1"}, []string{"--curve", "leave out --offline-batches"}},
+		{"curve with a report file", []string{"--offline", "--model", "minilm", "--curve", "--json", "r.json"}, []string{"--curve", "leave out --json"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

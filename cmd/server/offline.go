@@ -42,6 +42,9 @@ func offlineTargets(c *config.Bench, src models.Sources) error {
 // runOffline measures the raw limit of each target version and reports it: a table on
 // stdout, and the report files asked for, whose versions carry offline points and no steps.
 func runOffline(ctx context.Context, c *config.Bench, env *ort.Env, sc config.Serve, w *bench.Workload, stdout io.Writer) error {
+	if c.Curve {
+		return runCurve(ctx, c, env, sc, stdout)
+	}
 	start := time.Now()
 	setup, err := measureOffline(ctx, c, env, sc, w)
 	if err != nil {
@@ -83,4 +86,40 @@ func measureOffline(ctx context.Context, c *config.Bench, env *ort.Env, sc confi
 		c.Opts.Offline[t.Name()] = pts
 	}
 	return setup, nil
+}
+
+// runCurve calibrates each target version's cost model on one session as serve calibrates
+// it at load, runs a grid of batch layouts on it, and prints what the model predicted of
+// each against what the runs took (offline.Curve).
+func runCurve(ctx context.Context, c *config.Bench, env *ort.Env, sc config.Serve, stdout io.Writer) error {
+	b, err := engine.New(env, engineConfig(sc))
+	if err != nil {
+		return err
+	}
+	setup := fmt.Sprintf("one session × %d intra-op thread(s) on %s, alone, calibrated for %v as at load", b.Threads(), b.Device(), sc.Calibration)
+	for _, t := range c.Opts.Targets {
+		dir, _, err := models.Find(sc.Sources(), t.Model)
+		if err != nil {
+			return fmt.Errorf("--curve %s: %w", t.Name(), err)
+		}
+		r, err := offline.OpenCurve(ctx, b, dir, t.Version, sc.Calibration)
+		if err != nil {
+			return fmt.Errorf("--curve %s: %w", t.Name(), err)
+		}
+		if !c.Quiet {
+			fmt.Fprintf(os.Stderr, "curve: %s, %d layouts, %d runs each\n", t.Name(), len(r.Grid()), c.CurveRuns)
+		}
+		cur, err := r.Measure(ctx, c.CurveRuns)
+		if cerr := r.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("--curve %s: %w", t.Name(), err)
+		}
+		cur.Name, cur.Setup = t.Name(), setup
+		if err := cur.WriteText(stdout); err != nil {
+			return err
+		}
+	}
+	return nil
 }

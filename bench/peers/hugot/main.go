@@ -5,10 +5,11 @@
 // pipeline on its own texts, concurrently with the others, on one shared ONNX Runtime
 // session with one intra-op thread.
 //
-// It tokenizes as hugot does, with tokenizer.json as it is: minilm's cuts texts at 128 tokens
-// where ortserve cuts at model.yaml's max_length (256), the same for texts under 128 tokens
-// such as bench's built-in ones (at most 81). Its fixed padding to 128 is not run: hugot
-// trims each batch to its longest text.
+// It tokenizes as hugot does, with the tokenizer.json of --model-dir as it is: minilm's, as
+// exported, cuts texts at 128 tokens where ortserve cuts at model.yaml's max_length (256), so
+// bench-peers.sh gives it a copy of the model folder whose tokenizer.json cuts at max_length,
+// for passages to run the same tokens on every server. Its fixed padding to 128 is not run:
+// hugot trims each batch to its longest text.
 //
 // It is its own Go module so that hugot and its dependencies stay out of ortserve's module
 // and binary. Build it with the ORT build tag (hugot's ONNX Runtime backend) and

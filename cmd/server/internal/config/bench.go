@@ -35,6 +35,8 @@ type Bench struct {
 	SLO         string
 	Offline     bool
 	OfflinePer  time.Duration
+	Curve       bool // --offline --curve: the cost model against measured runs, instead of the limit
+	CurveRuns   int
 	JSON        string
 	Markdown    string
 	HTML        string
@@ -81,6 +83,8 @@ func benchFlags(c *Bench) *flag.FlagSet {
 	fs.Float64Var(&o.Price, "price-per-hour", 0, "price of one server per hour, for cost per million requests")
 	fs.BoolVar(&c.Offline, "offline", false, "also measure raw ONNX Runtime throughput of each version (no HTTP) and report serving efficiency; on by default with --self")
 	fs.DurationVar(&c.OfflinePer, "offline-step", time.Second, "time per batch size of the --offline measurement")
+	fs.BoolVar(&c.Curve, "curve", false, "with --offline alone: calibrate each version's cost model as serve does at load, then run a grid of batch layouts (rows 1-16 × 16-256 tokens, padded and, where the version packs, packed) and print predicted against measured ms")
+	fs.IntVar(&c.CurveRuns, "curve-runs", 5, "with --curve: measured runs of each layout, after one to warm it up; the table shows their median")
 	fs.StringVar(&c.OfflineBatches, "offline-batches", "", "batch sizes of the --offline measurement, as 1,2,4; default: powers of two up to serve's largest batch")
 	fs.StringVar(&c.JSON, "json", "", "write the report as JSON (the data; `server bench compare` reads it)")
 	fs.StringVar(&c.Markdown, "md", "", "write the report as Markdown")
@@ -98,6 +102,7 @@ Examples:
   server bench --self --model sentiment --versions fp32,int8 --slo p95=100ms
   server bench --url http://127.0.0.1:8080 --model minilm --rate 50:400:50 --html bench.html
   server bench --offline --model minilm --versions fp32,int8 --offline-batches 1   (no server: the raw limit only)
+  server bench --offline --curve --model minilm   (no server: the learned cost curve against measured runs)
 
 `)
 		fs.PrintDefaults()
@@ -188,6 +193,18 @@ func (c *Bench) parse() error {
 		}
 		if len(c.Batches) == 0 {
 			return errors.New("--offline-batches is empty: write batch sizes as 1,2,4")
+		}
+	}
+	if c.Curve {
+		switch {
+		case !c.OfflineOnly():
+			return errors.New("--curve measures this process's sessions, no server: give it with --offline alone, without --self, --slo, --rate or --concurrency")
+		case c.CurveRuns < 1:
+			return fmt.Errorf("--curve-runs %d: want at least 1 run a layout", c.CurveRuns)
+		case c.OfflineBatches != "":
+			return errors.New("--curve runs its own grid of batches: leave out --offline-batches")
+		case c.JSON != "" || c.Markdown != "" || c.HTML != "":
+			return errors.New("--curve prints its tables only: leave out --json, --md and --html")
 		}
 	}
 	if c.OfflineOnly() {
