@@ -12,8 +12,8 @@
 # pins and checks in scripts/ hold here too. /cache is the Makefile's cache as a BuildKit cache
 # mount: like ~/.cache/ortserve, its stamps make a rebuild skip ONNX Runtime and the tokenizer
 # library, so a source edit only recompiles Go. The build needs the npm registry (curl), crates.io
-# and the Go module proxy; MODELS=built also PyPI and Debian's archive. No Docker engine was at
-# hand where this was written: deploy/docker_test.go checks that every file it copies and script
+# and the Go module proxy; MODELS=built also PyPI and Debian's archive. The tests build no image
+# (they need no Docker engine): deploy/docker_test.go checks that every file it copies and script
 # it runs exists and is not in .dockerignore, and docs/deploy.md says what was run.
 
 # Debian 12 (glibc 2.36) for the build, and a Debian 12 runtime.

@@ -47,11 +47,11 @@ SOAK         ?= 10m
 VEGETA       := $(CACHE)/tools/vegeta-v12.13.0
 HADOLINT     := $(CACHE)/tools/hadolint-2.15.1
 # golangci-lint, built from the Go module proxy into the cache; its config is .golangci.yml.
-# `make test` runs it too: ~1 s when nothing changed, 10-20 s after a change (its own cache).
+# `make test` runs it too: it keeps its own cache, so an unchanged tree costs it little.
 # Its govet runs go vet's default analyzers (golangci-lint's govet.go lists cmd/vet's) on the
 # cgo build with the tag ort, so `go vet` itself runs only on the cgo-free build, which
-# golangci-lint does not see (the stubs). Cold, a `go vet ./...` on the cgo build as well cost
-# 41 CPU-seconds here (98 for both vets from nothing against 83 for the cgo-free one alone).
+# golangci-lint does not see (the stubs): a cold `go vet` of the cgo build as well would repeat
+# that work (docs/performance.md, "Figures behind constants").
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI     := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
@@ -129,8 +129,8 @@ build: tokenizers ## build bin/server
 # run and test obtain what they need side by side (PREP_JOBS at once, each target's output
 # kept together): on a fresh machine the downloads overlap the Rust and model builds.
 # The other prerequisites run niced (BESIDE), so that they fill the time the model build leaves
-# rather than slow it: the build is the longest of them, and the -race suite waits for it.
-# Without it, single-threaded beside them, the build took 591 s (2026-12-03, 151f11f).
+# rather than slow it: the build is the longest of them, and the -race suite waits for it
+# (docs/performance.md, "Figures behind constants").
 PREP_JOBS    ?= 4
 BESIDE       ?= nice -n 19
 prep = @$(MAKE) --no-print-directory -j$(PREP_JOBS) --output-sync=target $(1)
@@ -141,12 +141,10 @@ run: ## serve the default models on $(ADDR) (obtains and builds what is missing:
 
 # test's checks that need no model (test-pure, test-race-build) run beside the model build,
 # niced, and only the -race suite waits for the models. There the build runs single-threaded
-# (BUILD_THREADS=1): in a cold `make test` its two threads' spin-waits, starved by the other
-# jobs, made it 571 s against 207 s alone (reranker training 166 s against 42). One thread
-# alone: 276 s and 294 CPU-s against 376 CPU-s with two, the same files byte for byte; in a
-# cold make test, beside the niced rest, 294 s (2026-12-03). make run keeps two threads: its
-# first answer waits on the build and on the server's, not on any checks (cold, one thread:
-# the build 342 s, the first answer 382 s; two: 238 s and 365 s).
+# (BUILD_THREADS=1): beside the other jobs, two threads' spin-waits starve and the build takes
+# longer than one thread does, for the same files byte for byte. make run keeps two threads:
+# its first answer waits on the build and on the server's, not on any checks, and there two
+# threads answer sooner (docs/performance.md, "Figures behind constants").
 # The -race suite: cmd/server (most of its time) is named first, so that go test starts it first
 # and the other packages run beside it rather than before it. GORACE: each -race test binary
 # sleeps 1 s at exit by default (atexit_sleep_ms), 18 packages' worth; races are still reported
@@ -174,8 +172,8 @@ test-pure: $(GOLANGCI)
 # Part of test: compiles the -race test packages without linking or running them, so that
 # the suite's run, once the models are built, finds them in the build cache. Not `go test
 # -exec /bin/true`: go test does not cache linked test binaries, so the suite linked them
-# all again. Measured 2026-12-03: from an empty cache, go list 83 CPU-s, then the links 23;
-# warm, go list 1.2 s against 4.9 s (8.5 CPU-s) for `-exec /bin/true`.
+# all again, and on a warm cache `go list` is several times cheaper (docs/performance.md,
+# "Figures behind constants").
 test-race-build: tokenizers
 	$(BESIDE) $(GO) list -race -export -test -deps ./... > /dev/null
 
@@ -194,8 +192,8 @@ soak: deps models ## the soak test for SOAK=10m (any Go duration): constant load
 
 # GOFLAGS cleared: the -tags=ort exported above is for this module, not for building the tool.
 # CGO_ENABLED=0: the tool is pure Go, and so it shares its standard library build with vet and
-# the cgo-free tests. From an empty build cache (2026-12-03): std alone 55 CPU-s, the tool after
-# it 139, where the tool with cgo took 196 and compiled a standard library of its own.
+# the cgo-free tests, where the tool with cgo would compile a standard library of its own and
+# cost more CPU from an empty cache (docs/performance.md, "Figures behind constants").
 $(GOLANGCI):
 	GOFLAGS= CGO_ENABLED=0 GOBIN=$(dir $@) $(BESIDE) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 

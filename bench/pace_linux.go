@@ -14,10 +14,11 @@ import (
 //
 // Why: Go's timers wake a goroutine through the network poller, whose wait has millisecond
 // granularity, so an open-loop arrival scheduled by a timer alone goes out up to a
-// millisecond late, 0.5 ms on average as measured here. Open-loop latency runs from the
-// intended send time, so that lag would be charged to the server. A nanosleep on a thread
-// of its own wakes within microseconds, and releases the CPU while it waits, where a spin
-// would hold the generator's processor and delay the reading of responses.
+// millisecond late (BenchmarkPacing; docs/performance.md, "Figures behind constants").
+// Open-loop latency runs from the intended send time, so that lag would be charged to the
+// server. A nanosleep on a thread of its own wakes within microseconds, and releases the
+// CPU while it waits, where a spin would hold the generator's processor and delay the
+// reading of responses.
 func preciseClock() (sleep func(time.Duration), undo func()) {
 	runtime.LockOSThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0) // nanoseconds; best effort: the default slack only blurs the pacing

@@ -165,9 +165,9 @@ var builtinLengths = []int{
 	52,
 }
 
-// fittedCPU is the cost curve /info showed for minilm fp32 on one core of the project's
-// machine (docs/batching.md): a 3.49 ms fixed part, 15.8 ms per 64 tokens a row, and
-// attention's 1.37 ms per (64 tokens)².
+// fittedCPU is a cost curve /info showed for minilm fp32 on one CPU core (docs/batching.md):
+// a 3.49 ms fixed part, 15.8 ms per 64 tokens a row, and attention's 1.37 ms per
+// (64 tokens)².
 func fittedCPU(rows, cols int) time.Duration {
 	c := float64(cols) / 64
 	return time.Duration((3.49 + float64(rows)*(15.8*c+1.37*c*c)) * float64(time.Millisecond))

@@ -51,8 +51,8 @@ for p in $DATA_PINS; do
 done
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# OpenMP threads spin-wait by default and starve ORT and BLAS on small machines (with torch,
-# PASSIVE made build.py 2.3x faster on 2 cores: 91 s vs 207 s).
+# OpenMP threads spin-wait by default and starve ORT and BLAS on small machines; PASSIVE makes
+# them sleep instead (docs/performance.md, "Figures behind constants").
 export OMP_WAIT_POLICY=PASSIVE
 # ORTSERVE_BUILD_THREADS (build.py's ORT sessions) bounds numpy's OpenBLAS and OpenMP too.
 if [[ -n ${ORTSERVE_BUILD_THREADS:-} ]]; then

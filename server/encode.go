@@ -12,10 +12,10 @@ import (
 )
 
 // The inference responses are mostly float32s: 384 of them per MiniLM vector. Written by
-// encoding/json they were a quarter of the serving path's CPU besides inference
-// (docs/performance.md, "Per-request overhead (issue 11)"); the appenders below write the
-// same bytes straight into a pooled buffer, the floats with appendFloat32 (ftoa.go). Each appender is a transcription of what
-// encoding/json does for its type, and encode_test.go holds them to json.Marshal byte for
+// encoding/json they are a large share of the serving path's CPU besides inference
+// (docs/performance.md, "Per-request overhead"); the appenders below write the same bytes
+// straight into a pooled buffer, the floats with appendFloat32 (ftoa.go). Each appender is a
+// transcription of what encoding/json does for its type, and encode_test.go holds them to json.Marshal byte for
 // byte, errors included. Anything they do not know (a value of another type in an `any`
 // field) goes through json.Marshal.
 

@@ -5,8 +5,9 @@ import (
 	"math/bits"
 )
 
-// JSON's float32 text without strconv: on MiniLM's vectors about 30% less CPU than
-// strconv.AppendFloat(…, 32), which itself needs half of what encoding/json takes. The digits
+// JSON's float32 text without strconv: on MiniLM's vectors it takes less CPU than
+// strconv.AppendFloat(…, 32), which itself takes less than encoding/json
+// (docs/performance.md, "Per-request overhead"). The digits
 // are the shortest that read back as the same float32 and, of those, the closest to its exact
 // value, as strconv's Dragonbox picks them (ties to even, except at powers of two). They come
 // from Schubfach (Raffaello Giulietti, "The Schubfach way to render doubles", 2020), in the

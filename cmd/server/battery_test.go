@@ -20,7 +20,7 @@ import (
 	"time"
 )
 
-// The bad-input battery (issue 12): over 900 malformed requests, generated as the cross
+// The bad-input battery: over 900 malformed requests, generated as the cross
 // product of every inference route and the ways a body, a header, a method, a path or a model
 // name can be wrong, against one real server on loopback. Every one must be refused with the
 // 4xx the table states, as JSON in the route's API shape, and the server must serve a good

@@ -23,8 +23,8 @@ import (
 )
 
 // The gate tests run the real models on the polarity test split ($ORTSERVE_DATA/test.csv,
-// 400 sentences). The whole split goes only through the acceptance-like runs; the others use
-// slices of it.
+// 400 sentences). The whole split goes only through the runs made as a user makes them; the
+// others use slices of it.
 
 // testSplit reads $ORTSERVE_DATA/test.csv as rows of text and label.
 func testSplit(t *testing.T) [][]string {
@@ -174,7 +174,7 @@ func readReport(t *testing.T, path string) *gate.Report {
 	return &r
 }
 
-// The acceptance run: the int8 sentiment classifier against fp32 on the whole test split,
+// The run a user makes: the int8 sentiment classifier against fp32 on the whole test split,
 // with a budget of 1 point, as a user would run it (real repository, child process).
 func TestGateSentimentInt8(t *testing.T) {
 	t.Parallel()
@@ -368,9 +368,9 @@ func TestGateUsage(t *testing.T) {
 
 // The served pass: the same texts through the batcher, one per request, many in flight. The
 // report has a section per version against its own fixed-chunk answers; int8-static comes out
-// batch-invariant and dynamic int8 not (measured: its probabilities move by ~0.1 and
-// embeddings to cosine ~0.98 with their batch-mates). With --require-batch-invariance that
-// fails int8 and passes int8-static; without it the pass is informational.
+// batch-invariant and dynamic int8 not (its probabilities and embeddings move with their
+// batch-mates; docs/models.md has the figures). With --require-batch-invariance that fails
+// int8 and passes int8-static; without it the pass is informational.
 func TestGateServedVariability(t *testing.T) {
 	t.Parallel()
 	// A quarter of the split: enough texts for dynamic int8 to move and static int8 not to.

@@ -6,7 +6,7 @@ package main
 // which slows the server several times over and unevenly, in their own step of `make test`
 // after the -race suite (hence TestTiming: the step runs -run '^TestTiming'), one at a time,
 // and every bound is relative to what the server measured in the same run: its own batch
-// time, its own 429 round trip, its latency without the load under test. On two cores shared
+// time, its own 429 round trip, its latency without the load under test. On cores shared
 // with whatever else the machine runs, a fixed number of milliseconds holds on a quiet machine
 // and fails on a busy one; a ratio to the same run's capacity holds on both.
 
@@ -23,7 +23,7 @@ import (
 	"github.com/ortserve/ortserve/runtime"
 )
 
-// Overload bounds (acceptance 2 of the serving-core issue): small on purpose, so that a few
+// Overload bounds: small on purpose, so that a few
 // seconds of load from 256 senders is far above what they admit.
 const (
 	overloadQueue    = 16 // --max-queue-requests
@@ -73,7 +73,7 @@ func TestTimingOverload(t *testing.T) {
 		// An admitted request waits behind at most the queue's requests (one text each:
 		// ⌈queue/max batch⌉ batches) and one running batch for a free session, runs in its
 		// own batch, and may wait the batching window first. Batch time is the server's own
-		// under this load (x-inference-time, p99); the rest of a request (HTTP and JSON on two
+		// under this load (x-inference-time, p99); the rest of a request (HTTP and JSON on
 		// cores shared with 256 senders) is bounded by the p99 round trip of a 429, which is
 		// all of it but the queue and the batch. The margin is for the p99s of three
 		// different samples not lining up, on a machine whose load moves within the burst.
@@ -193,8 +193,8 @@ func offerLoad(t *testing.T, url string, senders int, d time.Duration) burst {
 // slower since, every batch overruns its prediction by that much, and the latency with it; on
 // a machine no slower than at the start the bound is twice the SLO. An admission that let the
 // queue grow would put seconds of batches before each request, far past it.
-// Client-side latency is logged, not asserted: the load generator shares the two cores with
-// the server, so what it adds is its own.
+// Client-side latency is logged, not asserted: the load generator shares the cores with the
+// server, so what it adds is its own.
 func TestTimingOverloadSLO(t *testing.T) {
 	const slo = 100 * time.Millisecond
 	srv := startChild(t, "--models", versionRepo(t, "minilm", "fp32"), "--device", "cpu", "--slo", "p95="+slo.String())

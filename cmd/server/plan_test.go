@@ -23,7 +23,7 @@ func planRun(args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-// TestPlanDiurnal is the acceptance run, `server plan --report bench.json --trace diurnal`,
+// TestPlanDiurnal is docs/plan.md's run, `server plan --report bench.json --trace diurnal`,
 // made small: 10× one replica's rate rather than 100×, and time-compressed to 200k requests.
 func TestPlanDiurnal(t *testing.T) {
 	t.Parallel()

@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// The security acceptance on the real server: with --api-key, every route without the key
+// The security checks on the real server: with --api-key, every route without the key
 // gets 401 (but the exempt health routes); /metrics has the Go and process collectors; /info
 // names no absolute path, not even in a reload error.
 func TestAPIKeyAndInfoOnRealServer(t *testing.T) {

@@ -231,9 +231,9 @@ func TestDrainDelayKeepsServing(t *testing.T) {
 
 // SIGTERM while keep-alive clients send at 0.7× capacity, the signal sent the moment a burst
 // of requests has been written on connections that were idle: no request written before the
-// signal gets a transport error. http.Server.Shutdown alone closed such a connection under
-// its unread request; serve now reads on for server.MinDrain first. It checks no time: the rate only
-// shapes the load, whatever the machine.
+// signal gets a transport error. http.Server.Shutdown alone closes such a connection under
+// its unread request, so serve reads on for server.MinDrain first. It checks no time: the
+// rate only shapes the load, whatever the machine.
 func TestSIGTERMKeepAliveClients(t *testing.T) {
 	t.Parallel()
 	c := startChild(t, "--models", versionRepo(t, "minilm", "int8"), "--device", "cpu", "--grace", "30s", "--reload-interval", "0s")

@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// The soak (issue 12): a constant rate of good requests on every inference route, on
+// The soak: a constant rate of good requests on every inference route, on
 // loopback, against the real server in a child process (so that its memory and goroutines are
 // its own), for ORTSERVE_SOAK (default 10 s: `make test`; `make soak` runs 10 minutes). It
 // checks what a long life would show first: no request fails, the resident memory after the

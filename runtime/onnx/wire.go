@@ -52,9 +52,9 @@ func fields(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte,
 // stream reads one protobuf message from a reader without holding it in memory, so that a
 // model's weights are read past. left is the message's bytes not yet read. When src, the
 // reader under r, can seek (a file), a value longer than what r holds is skipped by seeking:
-// every session a server opens reads a signature, and reading 90 MB of weights through r's
-// buffer cost 9.9 ms a read against 0.71 ms seeking, 36 ms against 3.0 under the race
-// detector (BenchmarkReadModel, benchstat of 6 × 10 reads, 2026-12-03).
+// every session a server opens reads a signature, and reading a model's weights through r's
+// buffer costs many times what seeking past them does (BenchmarkReadModel;
+// docs/performance.md, "Figures behind constants").
 type stream struct {
 	r    *bufio.Reader
 	src  io.ReadSeeker // nil: r is read through

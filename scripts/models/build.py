@@ -93,17 +93,16 @@ INVARIANCE_VERSIONS = ("fp32", "int8", "int8-static")
 # The minilm versions that declare packing (bertonnx.stamp_packing): the float graphs, whose
 # answers packed equal those alone, and dynamic int8, whose answers move with batch-mates padded
 # or packed alike. Not int8-static: its point is the same answer alone or batched, and packed
-# after another text, some texts' answers moved (min cosine 0.990 on test.csv: the report's
-# "Alone against packed"; the same text first in its row: identical; padded batches: 1.0). The
-# cause is in ONNX Runtime's quantized kernels and was not pinned down; int8-static is served
-# padded.
+# after another text, some texts' answers moved, though not first in their row nor in padded
+# batches (the report's "Alone against packed"; docs/batching.md, "Packing: batches with no
+# padding"). The cause is in ONNX Runtime's quantized kernels and was not pinned down;
+# int8-static is served padded.
 PACKED = ("fp32", "int8", "fp16")
 # The `gate:` section of each model.yaml (keys of models/config.go GateConfig; data relative to
 # the model folder). max_drop is in accuracy points (for minilm, the gate's nearest-centroid
-# accuracy); the cosines are of a candidate's embeddings against the baseline's. Measured at
-# build 4b89aa2a8038 on gate.csv: sentiment int8 +0.75 points, fp16 0; minilm int8 (per
-# channel) cosine mean 0.991, 1st percentile 0.983; int8 with one scale per tensor fails
-# (0.957, 0.928).
+# accuracy); the cosines are of a candidate's embeddings against the baseline's. The budgets
+# pass the versions the build makes and fail an int8 with one scale per tensor
+# (docs/performance.md, "Figures behind constants").
 GATE = {
     "minilm": {"baseline": "fp32", "data": "gate.csv", "max_drop": 2.0,
                "min_cosine_mean": 0.98, "min_cosine_p1": 0.95},

@@ -5,29 +5,29 @@ quantize.py (`make quantize MODE=int8-static`) adds one to any model folder.
 Why: onnxruntime's quantize_dynamic puts a DynamicQuantizeLinear before every MatMulInteger,
 and it computes ONE scale and zero point for its whole input, i.e. for the whole batch. A
 text's activations are rounded on a grid set by its batch-mates, so its answer changes with
-them (alone against batched: embedding cosine down to 0.96). quantize_static fixes every
-activation scale beforehand, from calibration data: each QuantizeLinear is element-wise with a
-constant scale, the integer GEMMs are exact, and a row's result depends on that row alone.
-Measured alone against inside shuffled batches of 8 and 32: cosine 1.0000000, |dp| 1.5e-7, as
-fp32 (build report.md, docs/models.md).
+them. quantize_static fixes every activation scale beforehand, from calibration data: each
+QuantizeLinear is element-wise with a constant scale, the integer GEMMs are exact, and a row's
+result depends on that row alone, as fp32's does (the build checks each text alone against
+inside shuffled batches of 8 and 32, and its report.md shows the result).
 
-What is quantized, and how, was chosen by measurement on the val split (docs/models.md):
+What is quantized, and how, was chosen on the val split; the figures are in docs/models.md,
+"int8-static: the same answer alone or batched":
   * QuantFormat.QDQ; weights QInt8 per output channel (MiniLM has outlier weight columns, see
     build.py); activations QUInt8, asymmetric.
   * The MatMuls with a weight only (Q, K, V, attention output, both FFN layers), and only their
     inputs: the MatMul outputs stay float (OpTypesToExcludeOutputQuantization), so ORT fuses
-    each into MatMulIntegerToFloat; quantizing the outputs as well (QLinearMatMul) cost 0.06
-    of mean cosine to fp32. Attention's Q·Kᵀ and softmax·V stay float, as in dynamic int8;
+    each into MatMulIntegerToFloat; quantizing the outputs as well (QLinearMatMul) was the
+    large loss of cosine to fp32. Attention's Q·Kᵀ and softmax·V stay float, as in dynamic int8;
     so do LayerNorm, Softmax, GELU, the mask Add, pooling and the sentiment head (a Gemm).
     Quantizing the mask Add or Softmax would also clamp the -3.4e38 bias of padded positions
     to a calibrated range, and padding would leak into real tokens.
-  * Gather (the embedding tables) stays float: quantizing it makes the file 23 MB instead of
-    59 MB at the same speed, for slightly lower accuracy (docs/models.md).
+  * Gather (the embedding tables) stays float: quantizing it makes the file smaller at the
+    same speed, for slightly lower accuracy.
   * Calibration: Percentile 99.999 over CALIB_TEXTS sentences of the polarity TRAIN split
     (never test, the gate's data; the method was picked on val), evenly spread so both
     classes are in it, each text alone (batch 1, no padding) so the ranges are those of real
-    tokens. MinMax and Entropy came out within 0.001 of mean cosine; 99.9 clips MiniLM's
-    outlier activation channels and breaks it (mean cosine 0.75).
+    tokens. MinMax and Entropy came out about the same; 99.9 clips MiniLM's outlier
+    activation channels and breaks it.
 """
 import contextlib
 import csv

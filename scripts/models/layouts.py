@@ -1,8 +1,9 @@
 """Model folders as users have them, without model.yaml (build.py; MODELS_DIR/layouts/).
 
-The server's model inference (issue 13) is tested on these. None holds a model.yaml and
-layouts/ itself holds no model, so the repository loader does not pick them up. Where a
-layout's graph is one the build already made, the ONNX file is a hard link to it:
+What the server infers of a model from its folder alone (docs/models.md, "Models without
+model.yaml") is tested on these. None holds a model.yaml and layouts/ itself holds no model,
+so the repository loader does not pick them up. Where a layout's graph is one the build
+already made, the ONNX file is a hard link to it:
 
   sentence-transformers/  the package's model folder as the Hugging Face hub has it (what a download
                           of sentence-transformers/all-MiniLM-L6-v2 gives: modules.json, 1_Pooling/,
