@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,7 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 		return nil, fmt.Errorf("models: %s: tokenizer: %w", cfg.Name, err)
 	}
 	m := &Model{Config: cfg, Dir: dir, tok: tok, versions: map[string]*Version{}}
+	specs := map[string]ExecSpec{} // of the versions to load now
 	for _, name := range slices.Sorted(maps.Keys(cfg.Versions)) {
 		vc := cfg.Versions[name]
 		if !vc.RunsOn(b.Device()) {
@@ -153,15 +155,12 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 		m.versions[name] = v
 		if cfg.LoadsLazily(name) {
 			v.exec = newLazy(cfg.Name, name, func() (Executor, error) { return m.loadChecked(b, spec) }, log)
-			continue
+		} else {
+			specs[name] = spec
 		}
-		exec, err := b.Executor(spec)
-		if err != nil {
-			delete(m.versions, name)
-			m.Close()
-			return nil, fmt.Errorf("models: %s/%s: %w", cfg.Name, name, err)
-		}
-		v.exec = exec
+	}
+	if err := m.loadAll(b, specs); err != nil {
+		return nil, err
 	}
 	if _, ok := m.versions[cfg.DefaultVersion]; !ok {
 		m.Close()
@@ -172,6 +171,45 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 		return nil, err
 	}
 	return m, nil
+}
+
+// loadAll loads the versions specs name side by side, as many at once as the process may run
+// threads (GOMAXPROCS): loading a session, its graph optimized, runs mostly on one thread, and
+// a version on the CPU has one session (its streams share it), so one at a time would leave
+// the other cores idle at start-up. If any fails it closes the model and returns the error of
+// the first, by name.
+func (m *Model) loadAll(b Backend, specs map[string]ExecSpec) error {
+	names := slices.Sorted(maps.Keys(specs))
+	errs := make([]error, len(names))
+	slots := make(chan struct{}, max(1, goruntime.GOMAXPROCS(0)))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		v := m.versions[name]
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			exec, err := b.Executor(specs[name])
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			v.exec = exec
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		for _, name := range names {
+			if m.versions[name].exec == nil {
+				delete(m.versions, name)
+			}
+		}
+		m.Close()
+		return fmt.Errorf("models: %s/%s: %w", m.Config.Name, names[i], err)
+	}
+	return nil
 }
 
 // check runs one text through every version loaded (checkVersion), so that a tokenizer

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,4 +221,44 @@ func TestLazyAbortAndClose(t *testing.T) {
 			t.Errorf("%d loads, %d closed; want the load finished and its executor closed", b.loads.Load(), b.closed.Load())
 		}
 	})
+}
+
+// A model's eager versions load side by side, as many at once as GOMAXPROCS: three loads of a
+// second each, two at a time, take two seconds.
+func TestVersionsLoadSideBySide(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(2))
+	synctest.Test(t, func(t *testing.T) {
+		b := &slowBackend{fakeBackend: fakeBackend{device: "cpu"}}
+		yaml := strings.Replace(embedYAML, "  fp16: {file: fp16.onnx, devices: [cuda]}\n", "  int8: {file: int8.onnx}\n  int4: {file: int4.onnx}\n", 1)
+		root := t.TempDir()
+		writeModel(t, root, "emb", yaml)
+		start := time.Now()
+		openRepo(t, root, b)
+		if d, n := time.Since(start), b.loads.Load(); d != 2*time.Second || n != 3 {
+			t.Errorf("%d loads took %v; want 3 in 2s", n, d)
+		}
+	})
+}
+
+// A version that fails to load fails its model, whose other versions, loaded beside it, are
+// closed.
+func TestVersionLoadFailureClosesTheOthers(t *testing.T) {
+	b := &fakeBackend{device: "cpu", fail: "int8.onnx"}
+	yaml := strings.Replace(embedYAML, "  fp16: {file: fp16.onnx, devices: [cuda]}\n", "  int8: {file: int8.onnx}\n  int4: {file: int4.onnx}\n", 1)
+	_, err := models.OpenConfig(t.TempDir(), mustParse(t, yaml), b, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "emb/int8: corrupt file") {
+		t.Errorf("error %v; want the failing version's", err)
+	}
+	if n := b.closed.Load(); n != 2 {
+		t.Errorf("%d executors closed; want the two that loaded", n)
+	}
+}
+
+func mustParse(t *testing.T, yaml string) models.Config {
+	t.Helper()
+	c, err := models.ParseConfig([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
