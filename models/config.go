@@ -71,6 +71,9 @@ type Config struct {
 	Traffic map[string]int `yaml:"traffic,omitempty"`
 	// Instances is the sessions per version (CUDA streams); 0: the server's default.
 	Instances int `yaml:"instances,omitempty"`
+	// Load is when the model's versions are loaded: eager ("" too), at start-up and on a
+	// reload, or lazy, on a version's first request. A version may say otherwise for itself.
+	Load LoadMode `yaml:"load,omitempty"`
 	// Batching overrides the server's batching defaults for this model's versions.
 	Batching Batching `yaml:"batching,omitempty"`
 	// SLO is the p95 latency each of the model's versions is held to, as "p95=50ms"
@@ -145,11 +148,34 @@ type CacheConfig struct {
 	MaxBytes int64 `yaml:"max_bytes,omitempty"` // 0: no cache
 }
 
+// LoadMode is when a version is loaded.
+type LoadMode string
+
+// Load modes.
+const (
+	// LoadEager loads a version with its model, at start-up and on a reload: its first
+	// request finds it warm, and a version that cannot load stops the model from loading.
+	LoadEager LoadMode = "eager"
+	// LoadLazy loads a version on its first request, which waits for it (and any requests
+	// beside it wait for the same load): a repository of many versions, of which few are
+	// asked for, starts at once and holds only those in memory. A load that fails fails the
+	// requests that waited for it, and the next request tries again.
+	LoadLazy LoadMode = "lazy"
+)
+
 // VersionConfig is one variant of a model, e.g. fp32, int8, fp16.
 type VersionConfig struct {
 	File string `yaml:"file"` // relative to the model folder
 	// Devices the version may run on ("cpu", "cuda"); empty means any.
 	Devices []string `yaml:"devices,omitempty"`
+	// Load is when the version is loaded; "": as its model's Load says.
+	Load LoadMode `yaml:"load,omitempty"`
+}
+
+// LoadsLazily says whether version name loads on its first request: its own load mode, or
+// else the model's.
+func (c Config) LoadsLazily(name string) bool {
+	return cmp.Or(c.Versions[name].Load, c.Load) == LoadLazy
 }
 
 // RunsOn says whether the version may run on device.
@@ -240,6 +266,12 @@ func (c Config) Validate() error {
 				bad("version %s: device %q: use cpu or cuda", name, d)
 			}
 		}
+		if !validLoad(v.Load) {
+			bad("version %s: load %q: use eager or lazy", name, v.Load)
+		}
+	}
+	if !validLoad(c.Load) {
+		bad("load %q: use eager or lazy", c.Load)
 	}
 	if _, ok := c.Versions[c.DefaultVersion]; !ok {
 		bad("default_version %q is not one of the versions", c.DefaultVersion)
@@ -272,6 +304,8 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+func validLoad(m LoadMode) bool { return m == "" || m == LoadEager || m == LoadLazy }
 
 // validate checks a gate section against the model it belongs to.
 func (g *GateConfig) validate(c Config) []error {

@@ -31,7 +31,9 @@ func (m *Model) Fixed() (*Model, error) {
 		}
 		versions[name] = &Version{Name: v.Name, File: v.File, exec: fixedExec{Executor: v.exec, run: fr}}
 	}
-	return &Model{Config: m.Config, Dir: m.Dir, tok: m.tok, versions: versions, dim: m.dim}, nil
+	f := &Model{Config: m.Config, Dir: m.Dir, tok: m.tok, versions: versions}
+	f.dim.Store(m.dim.Load())
+	return f, nil
 }
 
 // fixedExec executes through a FixedRunner.

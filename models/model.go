@@ -9,8 +9,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ortserve/ortserve/runtime"
@@ -83,12 +85,34 @@ type ExecSpec struct {
 	SLO            time.Duration // the model's own p95 target; 0: the backend's
 }
 
-// Version is one loaded variant of a model.
+// Version is one variant of a model, loaded or, if lazy, loaded on its first request.
 type Version struct {
 	Name  string
 	File  string
-	exec  Executor
-	cache *cache // nil: no response cache; a reloaded version gets a fresh one
+	exec  Executor // a *lazy for a lazy version
+	cache *cache   // nil: no response cache; a reloaded version gets a fresh one
+}
+
+// loaded is the version's executor, or nil while a lazy version is not loaded.
+func (v *Version) loaded() Executor {
+	if l, ok := v.exec.(*lazy); ok {
+		return l.loaded()
+	}
+	return v.exec
+}
+
+// state is how the version stands (VersionState).
+func (v *Version) state() VersionState {
+	st := VersionState{Load: LoadEager, State: StateReady}
+	if l, ok := v.exec.(*lazy); ok {
+		st.Load = LoadLazy
+		st.State, st.Error = l.state()
+	}
+	if d, ok := v.loaded().(Describer); ok {
+		info := d.ExecInfo()
+		st.ExecInfo = &info
+	}
+	return st
 }
 
 // Model is a loaded model: its config, tokenizer and versions.
@@ -97,11 +121,12 @@ type Model struct {
 	Dir      string
 	tok      tokenize.Tokenizer
 	versions map[string]*Version
-	dim      int // see Dimension
+	dim      atomic.Int64 // see Dimension; set by the check of each version loaded
 }
 
 // Open loads the model in dir: its config, its tokenizer and every version that may run on
-// the backend's device. Versions that may not (fp16 on CPU, say) are skipped with a log line.
+// the backend's device, but for lazy ones (LoadLazy), which load on their first request.
+// Versions that may not run on the device (fp16 on CPU, say) are skipped with a log line.
 func Open(dir string, b Backend, log *slog.Logger) (*Model, error) {
 	cfg, err := LoadConfig(dir, log)
 	if err != nil {
@@ -117,6 +142,7 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 		return nil, fmt.Errorf("models: %s: tokenizer: %w", cfg.Name, err)
 	}
 	m := &Model{Config: cfg, Dir: dir, tok: tok, versions: map[string]*Version{}}
+	specs := map[string]ExecSpec{} // of the versions to load now
 	for _, name := range slices.Sorted(maps.Keys(cfg.Versions)) {
 		vc := cfg.Versions[name]
 		if !vc.RunsOn(b.Device()) {
@@ -124,12 +150,17 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 			continue
 		}
 		path := filepath.Join(dir, vc.File)
-		exec, err := b.Executor(ExecSpec{Model: cfg.Name, Version: name, Path: path, Output: cfg.Output, Instances: cfg.Instances, Batching: cfg.Batching, SLO: cfg.SLOTarget()})
-		if err != nil {
-			m.Close()
-			return nil, fmt.Errorf("models: %s/%s: %w", cfg.Name, name, err)
+		spec := ExecSpec{Model: cfg.Name, Version: name, Path: path, Output: cfg.Output, Instances: cfg.Instances, Batching: cfg.Batching, SLO: cfg.SLOTarget()}
+		v := &Version{Name: name, File: path, cache: newCache(cfg.Cache.MaxBytes)}
+		m.versions[name] = v
+		if cfg.LoadsLazily(name) {
+			v.exec = newLazy(cfg.Name, name, func() (Executor, error) { return m.loadChecked(b, spec) }, log)
+		} else {
+			specs[name] = spec
 		}
-		m.versions[name] = &Version{Name: name, File: path, exec: exec, cache: newCache(cfg.Cache.MaxBytes)}
+	}
+	if err := m.loadAll(b, specs); err != nil {
+		return nil, err
 	}
 	if _, ok := m.versions[cfg.DefaultVersion]; !ok {
 		m.Close()
@@ -142,13 +173,79 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 	return m, nil
 }
 
-// check runs one text through every version, so that a tokenizer whose ids the graph does
-// not accept, or an output of the wrong size, stops start-up instead of the first request.
-// It is part of loading, at start-up and on a reload, and runs under a context of its own:
-// one short run per version, which no request's context should cut short.
+// loadAll loads the versions specs name side by side, as many at once as the process may run
+// threads (GOMAXPROCS): loading a session, its graph optimized, runs mostly on one thread, and
+// a version on the CPU has one session (its streams share it), so one at a time would leave
+// the other cores idle at start-up. If any fails it closes the model and returns the error of
+// the first, by name.
+func (m *Model) loadAll(b Backend, specs map[string]ExecSpec) error {
+	names := slices.Sorted(maps.Keys(specs))
+	errs := make([]error, len(names))
+	slots := make(chan struct{}, max(1, goruntime.GOMAXPROCS(0)))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		v := m.versions[name]
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			exec, err := b.Executor(specs[name])
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			v.exec = exec
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		for _, name := range names {
+			if m.versions[name].exec == nil {
+				delete(m.versions, name)
+			}
+		}
+		m.Close()
+		return fmt.Errorf("models: %s/%s: %w", m.Config.Name, names[i], err)
+	}
+	return nil
+}
+
+// check runs one text through every version loaded (checkVersion), so that a tokenizer
+// whose ids the graph does not accept, or an output of the wrong size, stops start-up instead
+// of the first request. A lazy version is checked when it loads.
+func (m *Model) check() error {
+	for _, name := range m.VersionNames() {
+		if exec := m.versions[name].loaded(); exec != nil {
+			if err := m.checkVersion(name, exec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadChecked loads a lazy version and checks it (checkVersion), closing it if the check
+// fails.
+func (m *Model) loadChecked(b Backend, spec ExecSpec) (Executor, error) {
+	exec, err := b.Executor(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkVersion(spec.Version, exec); err != nil {
+		return nil, errors.Join(err, exec.Close())
+	}
+	return exec, nil
+}
+
+// checkVersion runs one text through a version's executor and checks the output's shape,
+// which gives the model's dimension. It is part of loading (at start-up, on a reload, or a
+// lazy version's first request) and runs under a context of its own: one short run, which no
+// request's context should cut short.
 //
 //nolint:contextcheck // a fresh context by design, as said above
-func (m *Model) check() error {
+func (m *Model) checkVersion(name string, exec Executor) error {
 	in := []Input{{Text: "ortserve start-up check"}}
 	if m.Config.Task == TaskRerank {
 		// A pair, so that a tokenizer that cannot join pairs, or a graph that takes no
@@ -159,16 +256,14 @@ func (m *Model) check() error {
 	if err != nil {
 		return fmt.Errorf("models: %s: tokenizer: %w", m.Config.Name, err)
 	}
-	for _, name := range m.VersionNames() {
-		out, _, err := m.versions[name].exec.Execute(context.Background(), encs)
-		if err != nil {
-			return fmt.Errorf("models: %s/%s: a test run failed (does the tokenizer match the model?): %w", m.Config.Name, name, err)
-		}
-		if err := m.checkShape(out[0]); err != nil {
-			return fmt.Errorf("models: %s/%s: %w", m.Config.Name, name, err)
-		}
-		m.dim = int(out[0].Shape[len(out[0].Shape)-1])
+	out, _, err := exec.Execute(context.Background(), encs)
+	if err != nil {
+		return fmt.Errorf("models: %s/%s: a test run failed (does the tokenizer match the model?): %w", m.Config.Name, name, err)
 	}
+	if err := m.checkShape(out[0]); err != nil {
+		return fmt.Errorf("models: %s/%s: %w", m.Config.Name, name, err)
+	}
+	m.dim.Store(out[0].Shape[len(out[0].Shape)-1])
 	return nil
 }
 
@@ -235,16 +330,25 @@ type scheduler interface {
 	State() runtime.SchedulerState
 }
 
-// Scheduling is, per version whose executor reports it, its scheduler's state.
+// Scheduling is, per version loaded whose executor reports it, its scheduler's state.
 func (m *Model) Scheduling() map[string]runtime.SchedulerState {
 	out := map[string]runtime.SchedulerState{}
 	for name, v := range m.versions {
-		if s, ok := v.exec.(scheduler); ok {
+		if s, ok := v.loaded().(scheduler); ok {
 			out[name] = s.State()
 		}
 	}
 	if len(out) == 0 {
 		return nil
+	}
+	return out
+}
+
+// VersionStates is how each version stands: when it loads, whether it has, and what it holds.
+func (m *Model) VersionStates() map[string]VersionState {
+	out := make(map[string]VersionState, len(m.versions))
+	for name, v := range m.versions {
+		out[name] = v.state()
 	}
 	return out
 }

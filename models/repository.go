@@ -180,9 +180,11 @@ type Status struct {
 	Dimension   int
 	Reloads     int    // successful reloads since start
 	ReloadError string // why the last reload failed, "" if it did not
-	// Scheduling is, per version, what its batcher has learned (the cost curve) and
+	// Scheduling is, per version loaded, what its batcher has learned (the cost curve) and
 	// decided (the SLO controller), when its executor reports it.
 	Scheduling map[string]runtime.SchedulerState
+	// VersionStates is, per version, when it loads, whether it has, and what it holds.
+	VersionStates map[string]VersionState
 }
 
 // Status describes every model, sorted by name, with its scheduling state.
@@ -211,6 +213,7 @@ func (r *Repository) status(name string, scheduling bool) (Status, error) {
 	st := Status{Reloads: s.reloads, ReloadError: s.failed}
 	s.mu.RUnlock()
 	st.Config, st.Versions, st.Dimension = m.Config, m.VersionNames(), m.Dimension()
+	st.VersionStates = m.VersionStates()
 	if scheduling {
 		st.Scheduling = m.Scheduling()
 	}

@@ -21,5 +21,6 @@ func (m *Model) Tokenize(texts []string, addSpecial bool) ([][]tokenize.Token, e
 }
 
 // Dimension is the length of the model's output vector: the hidden size of an embed model,
-// the number of labels of a classify model. It is learned from the start-up check.
-func (m *Model) Dimension() int { return m.dim }
+// the number of labels of a classify model. It is learned from the check of a version at its
+// load (Model.checkVersion): 0 until one has loaded, as when every version is lazy.
+func (m *Model) Dimension() int { return int(m.dim.Load()) }

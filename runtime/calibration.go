@@ -32,12 +32,45 @@ func (p *Pool) Calibrate(ctx context.Context, batches []tokenize.Batch, budget t
 		if _, err := s.Run(ctx, b); err != nil {
 			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
 		}
-		p.cost.Observe(b.Rows, b.Cols, time.Since(t), true)
+		d := time.Since(t)
+		p.cost.Observe(b.Rows, b.Cols, d, true)
+		p.calibration = append(p.calibration, Observation{Rows: b.Rows, Cols: b.Cols, Duration: d})
 		if time.Since(start) > budget {
 			break
 		}
 	}
 	return nil
+}
+
+// CalibrationFormat is the version of what a calibration measures and records
+// (CalibrationBatches, Observation). A store of calibrations keys on it, so that one made
+// before either changed is measured anew: bump it when they do.
+const CalibrationFormat = 1
+
+// Observation is one calibration run: a batch of Rows × Cols padded tokens took Duration.
+type Observation struct {
+	Rows     int           `json:"rows"`
+	Cols     int           `json:"cols"`
+	Duration time.Duration `json:"ns"`
+}
+
+// Calibration are the runs that seeded the cost model, in order: those Calibrate measured, or
+// those Seed gave. It is meant for start-up, as Calibrate is: a store of calibrations keeps
+// them so that the next start of the same version on the same device may Seed them.
+func (p *Pool) Calibration() []Observation { return slices.Clone(p.calibration) }
+
+// Seed seeds the cost model with runs measured before, in place of Calibrate: the
+// Calibration of a pool of the same graph on the same device, sessions and batching. It runs
+// nothing, so the sessions stay as cold as they were: warm them up before they serve.
+// Observations that could not be a run (no rows, no time) are left out.
+func (p *Pool) Seed(obs []Observation) {
+	for _, o := range obs {
+		if o.Rows < 1 || o.Cols < 1 || o.Duration <= 0 {
+			continue
+		}
+		p.cost.Observe(o.Rows, o.Cols, o.Duration, true)
+		p.calibration = append(p.calibration, o)
+	}
 }
 
 // CalibrationBatches are the shapes a version's cost model is seeded with, cheapest first:

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/tokenize"
@@ -46,4 +48,40 @@ func TestSyntheticBatch(t *testing.T) {
 		slices.Contains(b.AttentionMask, 0) {
 		t.Errorf("%+v", b)
 	}
+}
+
+// What a pool's calibration measured seeds another pool of the same graph as if it had
+// measured it itself: the same cost model, without a run; runs that cannot have happened are
+// left out.
+func TestSeedFromCalibration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cost := func(rows, cols int) time.Duration {
+			return time.Millisecond + time.Duration(rows*cols)*10*time.Microsecond
+		}
+		measured := runtime.NewPool([]runtime.Session{&fakeSession{cost: cost}})
+		if err := measured.Calibrate(t.Context(), runtime.CalibrationBatches(4, false), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		obs := measured.Calibration()
+		want := []runtime.Observation{{Rows: 1, Cols: 16, Duration: cost(1, 16)}, {Rows: 2, Cols: 16, Duration: cost(2, 16)}}
+		if len(obs) != 6 || !slices.Equal(obs[:2], want) {
+			t.Fatalf("calibration %v; want 6 runs starting %v", obs, want)
+		}
+
+		fresh := &fakeSession{cost: cost}
+		seeded := runtime.NewPool([]runtime.Session{fresh})
+		seeded.Seed(append(obs, runtime.Observation{Rows: 0, Cols: 16, Duration: time.Second}, runtime.Observation{Rows: 1, Cols: 16}))
+		if fresh.runs != 0 {
+			t.Errorf("seeding ran %d batches", fresh.runs)
+		}
+		if got := seeded.Calibration(); !slices.Equal(got, obs) {
+			t.Errorf("seeded calibration %v; want %v", got, obs)
+		}
+		for _, sh := range [][2]int{{1, 16}, {3, 40}, {4, 128}} {
+			a, b := measured.Cost().Predict(sh[0], sh[1]), seeded.Cost().Predict(sh[0], sh[1])
+			if a != b || a == 0 {
+				t.Errorf("%dx%d: measured pool predicts %v, seeded %v", sh[0], sh[1], a, b)
+			}
+		}
+	})
 }

@@ -82,6 +82,8 @@ type Pool struct {
 	sessions []Session
 	done     chan struct{}
 	cost     *CostModel
+	// calibration are the runs Calibrate measured, or Seed gave, for Calibration.
+	calibration []Observation
 }
 
 // NewPool takes ownership of sessions.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
 )
 
@@ -152,4 +153,8 @@ type ModelInfo struct {
 	// Scheduling is, per version, the batcher's learned cost curve and its SLO controller's
 	// state (docs/api.md).
 	Scheduling map[string]runtime.SchedulerState `json:"scheduling,omitempty"`
+	// VersionStates is, per version, when it loads (eager or lazy), whether it has (ready,
+	// unloaded, loading, failed) and what it holds: sessions, streams, whether they share
+	// weights, where its calibration came from.
+	VersionStates map[string]models.VersionState `json:"version_states,omitempty"`
 }

@@ -93,7 +93,17 @@ func (r repo) info(st models.Status) ModelInfo {
 		Versions: st.Versions, DefaultVersion: c.DefaultVersion, Traffic: c.Traffic,
 		Pooling: string(c.Pooling), Labels: c.Labels, Dimension: st.Dimension,
 		Reloads: st.Reloads, ReloadError: redactPaths(st.ReloadError, r.r.Root), Scheduling: st.Scheduling,
+		VersionStates: r.states(st.VersionStates),
 	}
+}
+
+// states are the versions' states, their load errors' paths redacted as a reload error's are.
+func (r repo) states(in map[string]models.VersionState) map[string]models.VersionState {
+	for name, st := range in {
+		st.Error = redactPaths(st.Error, r.r.Root)
+		in[name] = st
+	}
+	return in
 }
 
 // absPath is an absolute path in a message: a '/' at the start or after a space, quote,

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -490,8 +491,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		unknown   *models.UnknownError
 		wrongTask *models.WrongTaskError
 		overload  *runtime.OverloadError
+		load      *models.LoadError
 	)
 	switch {
+	case errors.As(err, &load):
+		// The next request tries the load again: unavailable for now, not broken for good.
+		setRetryAfter(w, time.Second)
+		writeError(w, r, http.StatusServiceUnavailable, "Unhealthy", fmt.Sprintf("model %s version %s failed to load: %s; the next request tries again (see /info)", load.Model, load.Version, oneLine(redactPaths(load.Err.Error(), ""))))
 	case errors.As(err, &overload):
 		setRetryAfter(w, overload.RetryAfter)
 		writeError(w, r, http.StatusTooManyRequests, "Overloaded", overloadMessage(overload))
@@ -528,6 +534,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, r, http.StatusInternalServerError, "Backend", "inference failed: "+err.Error())
 	}
 }
+
+// oneLine joins a message's lines, as errors.Join makes them, into one.
+func oneLine(msg string) string { return strings.ReplaceAll(msg, "\n", "; ") }
 
 // setRetryAfter tells a refused client when to come back: Retry-After in whole seconds (at
 // least 1, as HTTP has it) and retry-after-ms, which OpenAI's clients honour, in milliseconds.

@@ -315,6 +315,7 @@ func TestErrorMapping(t *testing.T) {
 		{&models.UnknownError{Kind: models.ErrUnknownVersion, Name: "emb/int4"}, 404, "unknown version"},
 		{context.DeadlineExceeded, 504, "deadline"},
 		{runtime.ErrClosed, 503, "shutting down"},
+		{&models.LoadError{Model: "emb", Version: "fp32", Err: errors.New("ort: loading /srv/models/emb/fp32.onnx: out of memory\nand more")}, 503, "model emb version fp32 failed to load: ort: loading fp32.onnx: out of memory; and more; the next request tries again"},
 		{errors.New("boom"), 500, "inference failed: boom"},
 	}
 	for _, tt := range tests {

@@ -43,7 +43,15 @@ func TestMain(m *testing.M) {
 	// default): tests wait on their exit, and some time it from SIGTERM. Races they hit are
 	// still reported, and still fail them (exit 66).
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	var err error
+	// The servers the tests start, here and in children, keep their calibrations in a folder
+	// of this run's, not in the user's: the first start of a version measures, later ones
+	// read it, as restarts do, and nothing is left behind.
+	calibrations, err := os.MkdirTemp("", "ortserve-calibration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("ORTSERVE_CALIBRATION_CACHE", calibrations)
 	if testEnv, err = ort.Open(os.Getenv("ORTSERVE_ORT_LIB")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -56,6 +64,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	testEnv.Close()
+	os.RemoveAll(calibrations)
 	os.Exit(code)
 }
 

@@ -102,10 +102,14 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 
 // engineConfig is serve's settings for the engine its versions load on.
 func engineConfig(c config.Serve) engine.Config {
-	return engine.Config{
+	ec := engine.Config{
 		Device: c.Device, DeviceID: c.DeviceID, Sessions: c.Sessions, Threads: c.Threads, Strict: c.Strict,
 		Packing: c.Packing, Batch: c.Batch, Calibration: c.Calibration,
 	}
+	if c.CalibrationCache != config.Off {
+		ec.CalibrationCache = c.CalibrationCache
+	}
+	return ec
 }
 
 // newEngine builds the engine a command loads versions on. Where auto found no working CUDA,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/calibcache"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/tokenize"
 	"github.com/ortserve/ortserve/tokenize/hf"
@@ -42,6 +43,10 @@ type Config struct {
 	// Calibration is how long each version measures its cost curve at load, from its
 	// smallest batch up (runtime.CalibrationBatches).
 	Calibration time.Duration
+	// CalibrationCache is the folder where versions' calibrations are kept (calibcache), so
+	// that the next load of the same version on the same machine seeds its cost model from
+	// there instead of measuring it; "": none, every load measures.
+	CalibrationCache string
 	// Observe gives each version's batcher its observer (the server's metrics); nil
 	// observes nothing.
 	Observe func(model, version string) runtime.Observer
@@ -58,6 +63,8 @@ type Engine struct {
 	sessions    int
 	batch       runtime.BatchConfig
 	calibration time.Duration
+	cache       *calibcache.Store // nil: none
+	machine     string            // calibcache.Machine, once
 	observe     func(model, version string) runtime.Observer
 	log         *slog.Logger
 	why         string
@@ -86,6 +93,9 @@ func New(env *ort.Env, c Config) (*Engine, error) {
 		e.observe = func(string, string) runtime.Observer { return runtime.NopObserver{} }
 	}
 	e.batch.Packing = PackingOn(c.Packing, p)
+	if c.CalibrationCache != "" {
+		e.cache, e.machine = calibcache.Open(c.CalibrationCache), calibcache.Machine()
+	}
 	return e, nil
 }
 

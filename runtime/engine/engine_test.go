@@ -13,6 +13,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,4 +265,103 @@ func TestOfflineLimitCancel(t *testing.T) {
 			t.Errorf("error %v; want context.Canceled itself", err)
 		}
 	})
+}
+
+// On the CPU a version's streams share one session, and so its weights: its pool has a slot a
+// stream, and runs at once answer as runs one by one do.
+func TestSharedWeights(t *testing.T) {
+	e := cpuEngine(t, engine.Config{Sessions: 2, Calibration: time.Millisecond})
+	v, encs := load(t, e, "minilm", "int8", "last_hidden_state")
+	if got, want := v.ExecInfo(), (models.ExecInfo{Sessions: 1, Streams: 2, SharedWeights: true, Calibration: "measured"}); got != want {
+		t.Errorf("exec info %+v; want %+v", got, want)
+	}
+	if st := v.State(); st.Sessions != 2 {
+		t.Errorf("scheduler sees %d slots; want a slot a stream, 2", st.Sessions)
+	}
+	alone := make([][]float32, len(encs))
+	for i := range encs {
+		out, err := v.RunFixed(t.Context(), encs[i:i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i] = out[0].Data
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for i := range encs {
+				out, err := v.RunFixed(t.Context(), encs[i:i+1])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !slices.Equal(out[0].Data, alone[i]) {
+					t.Errorf("text %d: run beside another on the shared session answered differently", i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A second load of a version with a calibration cache seeds its cost model from the file the
+// first wrote, measuring nothing; a file that is not one is ignored with a warning, and the
+// version measures anew.
+func TestCalibrationCache(t *testing.T) {
+	var logs syncBuffer
+	dir := t.TempDir()
+	e := cpuEngine(t, engine.Config{Sessions: 1, Calibration: 200 * time.Millisecond, CalibrationCache: dir, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	spec := models.ExecSpec{Model: "minilm", Version: "fp32", Path: filepath.Join(modelDir("minilm"), "fp32.onnx"), Output: "last_hidden_state"}
+	loadTimed := func() (*engine.Version, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		v, err := e.Load(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, time.Since(start)
+	}
+	first, measuring := loadTimed()
+	firstCost := first.State().Cost
+	first.Close()
+	second, cached := loadTimed()
+	defer second.Close()
+	t.Logf("load measuring its calibration %v, from the cache %v", measuring, cached)
+	if a, b := first.ExecInfo().Calibration, second.ExecInfo().Calibration; a != "measured" || b != "cached" {
+		t.Errorf("calibration %s, then %s; want measured, then cached", a, b)
+	}
+	if got := second.State().Cost; got.Observations != firstCost.Observations || got.Coefficients != firstCost.Coefficients {
+		t.Errorf("cached cost model %d runs %v; want the measured one's %d runs %v", got.Observations, got.Coefficients, firstCost.Observations, firstCost.Coefficients)
+	}
+
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("cache files %v; want one", files)
+	}
+	if err := os.WriteFile(files[0], []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third, _ := loadTimed()
+	defer third.Close()
+	if third.ExecInfo().Calibration != "measured" || !strings.Contains(logs.String(), `level=WARN msg="calibration cache: file ignored, calibrating anew" model=minilm version=fp32 err="calibcache: `) {
+		t.Errorf("after corrupting the file: calibration %s; log:\n%s", third.ExecInfo().Calibration, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -20,37 +20,56 @@ type Version struct {
 	pool   *runtime.Pool
 	cfg    runtime.BatchConfig
 	packed bool
+	info   models.ExecInfo
 }
 
-// Executor loads the version spec names: it opens spec.Instances sessions (0: the engine's
-// Sessions), calibrates the pool's cost model on the first (which warms it up) and warms up
-// the others, and starts the version's batcher with the engine's batching, overridden by the
-// model's. Loading runs under a context of its own, as models' start-up check does: no
-// request waits on it.
+// Executor loads the version spec names: it opens spec.Instances streams (0: the engine's
+// Sessions), on one session that they share on the CPU, on as many sessions on CUDA
+// (sharesWeights); seeds the pool's cost model from the engine's calibration cache, or else
+// calibrates it on the first session (which warms it up); warms up the other sessions; and
+// starts the version's batcher with the engine's batching, overridden by the model's. Loading
+// runs under a context of its own, as models' start-up check does: no request waits on it.
 func (e *Engine) Executor(spec models.ExecSpec) (models.Executor, error) {
 	return e.Load(context.Background(), spec)
 }
 
 // Load is Executor under ctx, returning the Version itself.
 func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, error) {
-	sessions, err := e.openSessions(ctx, spec.Path, spec.Output, cmp.Or(spec.Instances, e.sessions), false)
+	cfg := spec.Batching.Apply(e.batch)
+	if spec.SLO > 0 {
+		cfg.SLO = spec.SLO
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// The file's hash, which keys its cached calibration, is read (or computed, the first
+	// time) while the sessions load.
+	var (
+		sum     string
+		sumErr  error
+		hashing sync.WaitGroup
+	)
+	if e.cache != nil {
+		hashing.Go(func() { sum, sumErr = e.cache.FileHash(spec.Path) })
+	}
+	o, err := e.openSessions(ctx, spec.Path, spec.Output, cmp.Or(spec.Instances, e.sessions), false)
+	hashing.Wait()
 	if err != nil {
 		return nil, err
 	}
 	if e.log != nil {
 		e.logPlacement(spec)
 	}
-	pool := runtime.NewPool(sessions)
-	cfg := spec.Batching.Apply(e.batch)
-	if spec.SLO > 0 {
-		cfg.SLO = spec.SLO
-	}
-	if err := cfg.Validate(); err != nil {
-		pool.Close()
-		return nil, err
-	}
+	pool := runtime.NewPool(o.streams)
 	packed := cfg.Packing && pool.Packs()
-	if err := pool.Calibrate(ctx, runtime.CalibrationBatches(cfg.MaxBatchSize, packed), e.calibration); err != nil {
+	info := models.ExecInfo{Sessions: len(o.sessions), Streams: len(o.streams), SharedWeights: len(o.sessions) < len(o.streams)}
+	key := e.cacheKey(sum, info, cfg.MaxBatchSize, packed)
+	if sumErr != nil {
+		e.warn("calibration cache: the model file could not be hashed; calibrating", spec, sumErr)
+		key = nil
+	}
+	info.Calibration, err = e.calibrate(ctx, spec, pool, o.sessions[0], key, runtime.CalibrationBatches(cfg.MaxBatchSize, packed))
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -58,12 +77,16 @@ func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, erro
 	if e.log != nil {
 		obs = &logControl{Observer: obs, log: e.log.With("model", spec.Model, "version", spec.Version)}
 	}
-	v := &Version{Batcher: runtime.NewBatcher(cfg, pool, obs), pool: pool, cfg: cfg, packed: packed}
+	v := &Version{Batcher: runtime.NewBatcher(cfg, pool, obs), pool: pool, cfg: cfg, packed: packed, info: info}
 	if e.log != nil {
-		logCost(e.log, spec, v.State())
+		logCost(e.log, spec, v.State(), info.Calibration)
 	}
 	return v, nil
 }
+
+// ExecInfo is what the version holds: its sessions and streams, whether they share weights,
+// and where its cost model's calibration came from (models.Describer).
+func (v *Version) ExecInfo() models.ExecInfo { return v.info }
 
 // RunFixed runs encs in order as batches of their own, straight on the pool, bypassing the
 // batcher: consecutive encodings up to the version's max batch size and token budget go
@@ -145,13 +168,14 @@ func (l *logControl) Control(s runtime.SchedulerState, changed bool) {
 }
 
 // logCost logs a version's calibrated cost at batch 1 and at its largest batch, for the
-// typical short text: enough to see at start-up whether batching pays on this device.
-func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState) {
+// typical short text: enough to see at start-up whether batching pays on this device; and
+// whether the calibration was measured or read from the cache.
+func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState, source string) {
 	var args []any
 	for _, p := range st.Cost.Curve {
 		if p.Tokens == 16 && (p.Rows == 1 || p.Rows == st.MaxBatch) {
 			args = append(args, fmt.Sprintf("batch_%d_ms", p.Rows), p.Ms, fmt.Sprintf("batch_%d_per_text_vs_1", p.Rows), p.PerTextVs1)
 		}
 	}
-	log.Info("cost model calibrated", append([]any{"model", spec.Model, "version", spec.Version, "runs", st.Cost.Observations}, args...)...)
+	log.Info("cost model calibrated", append([]any{"model", spec.Model, "version", spec.Version, "runs", st.Cost.Observations}, append(args, "calibration", source)...)...)
 }

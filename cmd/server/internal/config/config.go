@@ -40,6 +40,10 @@ type Serve struct {
 	// (runtime.CalibrationBatches): at least its smallest batch, then larger ones until
 	// this has passed.
 	Calibration time.Duration
+	// CalibrationCache is the folder where versions' calibrations are kept, so that a
+	// restart seeds each version's cost model from there instead of measuring it again
+	// (engine.Config.CalibrationCache); Off: none.
+	CalibrationCache string
 	// Packing is auto, on or off: whether Batch.Packing is set, auto on the CPU only
 	// (engine.PackingOn).
 	Packing string
@@ -70,6 +74,22 @@ func cacheDir() string {
 	return filepath.Join(home, ".cache", "ortserve")
 }
 
+// Off turns off what a setting names by a path (--calibration-cache).
+const Off = "off"
+
+// calibrationCacheDir is where serve keeps calibrations unless told otherwise: in
+// ORTSERVE_CACHE if set, else in the user's cache folder ($XDG_CACHE_HOME, or ~/.cache), under
+// ortserve/calibration; Off where there is neither.
+func calibrationCacheDir() string {
+	if d := os.Getenv("ORTSERVE_CACHE"); d != "" {
+		return filepath.Join(d, "calibration")
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "ortserve", "calibration")
+	}
+	return Off
+}
+
 // Default is what `server serve` runs with when nothing is configured: the cache `make`
 // fills, on 127.0.0.1:8080.
 func Default() Serve {
@@ -82,12 +102,13 @@ func Default() Serve {
 		Batch:  runtime.DefaultBatchConfig(),
 		// About 0.3 s a version at start-up: the default repository's 8 versions came up in
 		// 9.1 s against 6.5–6.9 s without it (docs/batching.md).
-		Calibration: 300 * time.Millisecond,
-		Packing:     "auto",
-		Grace:       30 * time.Second,
-		Reload:      5 * time.Second,
-		HTTP:        server.DefaultConfig(),
-		Conn:        server.DefaultConn(),
+		Calibration:      300 * time.Millisecond,
+		CalibrationCache: calibrationCacheDir(),
+		Packing:          "auto",
+		Grace:            30 * time.Second,
+		Reload:           5 * time.Second,
+		HTTP:             server.DefaultConfig(),
+		Conn:             server.DefaultConn(),
 	}
 }
 
@@ -114,6 +135,7 @@ func flags(c *Serve) *flag.FlagSet {
 	fs.IntVar(&c.Batch.MaxQueueRequests, "max-queue-requests", c.Batch.MaxQueueRequests, "requests that may wait per model version; past it, 429")
 	fs.IntVar(&c.Batch.MaxQueueTokens, "max-queue-tokens", c.Batch.MaxQueueTokens, "tokens that may wait per model version; past it, 429")
 	fs.DurationVar(&c.Calibration, "calibration-budget", c.Calibration, "how long each model version measures its batch cost curve at start-up, from its smallest batch up; then it learns from the batches it serves. Longer: a better first guess, a slower start")
+	fs.StringVar(&c.CalibrationCache, "calibration-cache", c.CalibrationCache, "folder where each model version's calibration is kept, keyed by the model file's content, the device, sessions and ONNX Runtime version: a restart reads it instead of measuring again; off: always measure")
 	fs.DurationVar(&c.Grace, "grace", c.Grace, "bounds the whole shutdown, from SIGTERM to exit, drain delay included: requests still queued at its end are answered 503 (set it to Kubernetes' terminationGracePeriodSeconds, or a little under)")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "after SIGTERM, how long readiness says 503 while requests are still served, for load balancers to stop sending (part of --grace); serve reads on for at least 500ms whatever it says")
 	fs.DurationVar(&c.Reload, "reload-interval", c.Reload, "how often to check the model repository and hot-reload changed models; 0: never")
@@ -158,6 +180,7 @@ var FileKeys = []FileKey{
 	{"batching.max_queue_requests", "max-queue-requests"},
 	{"batching.max_queue_tokens", "max-queue-tokens"},
 	{"batching.calibration_budget", "calibration-budget"},
+	{"batching.calibration_cache", "calibration-cache"},
 	{"slo", "slo"},
 	{"limits.max_body_bytes", "max-body-bytes"},
 	{"limits.max_inputs", "max-inputs"},
@@ -180,7 +203,7 @@ var FileKeys = []FileKey{
 
 // pathFlags take paths; in the config file a relative one is from the file's folder. The
 // folders of --model are too, each of its list (relModelDirs).
-var pathFlags = map[string]bool{"models": true, "ort-lib": true, "api-key-file": true}
+var pathFlags = map[string]bool{"models": true, "ort-lib": true, "api-key-file": true, "calibration-cache": true}
 
 // EnvName is the environment variable of a flag: --max-batch is ORTSERVE_MAX_BATCH.
 func EnvName(flagName string) string {
@@ -219,7 +242,7 @@ func (c Serve) Settings() ([]Setting, error) {
 	var out []Setting
 	for _, k := range FileKeys {
 		v := fs.Lookup(k.Flag).Value.String()
-		if pathFlags[k.Flag] && v != "" {
+		if pathFlags[k.Flag] && v != "" && v != Off {
 			abs, err := filepath.Abs(v)
 			if err != nil {
 				return nil, err

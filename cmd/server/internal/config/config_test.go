@@ -414,3 +414,48 @@ func TestServeModelFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+// The calibration cache is a folder, relative to the config file as every path there is, or
+// off, which is no folder: not made relative, and spelled out as off.
+func TestCalibrationCache(t *testing.T) {
+	for _, tt := range []struct {
+		name, file string
+		env        map[string]string
+		args       []string
+		want       string
+	}{
+		{"the default", "", nil, nil, Default().CalibrationCache},
+		{"the file: relative to it", "batching: {calibration_cache: cal}\n", nil, []string{"--config", "$DIR/serve.yaml"}, "$DIR/cal"},
+		{"the file: off", "batching: {calibration_cache: off}\n", nil, []string{"--config", "$DIR/serve.yaml"}, Off},
+		{"the environment", "", map[string]string{"ORTSERVE_CALIBRATION_CACHE": "/var/cache/cal"}, nil, "/var/cache/cal"},
+		{"the flag", "", nil, []string{"--calibration-cache", "off"}, Off},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, dir, err := loadWith(t, tt.file, tt.env, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.ReplaceAll(tt.want, "$DIR", dir); c.CalibrationCache != want {
+				t.Errorf("calibration cache %q; want %q", c.CalibrationCache, want)
+			}
+			settings, err := c.Settings()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range settings {
+				if s.Key == "batching.calibration_cache" && (s.Value == "" || (c.CalibrationCache == Off) != (s.Value == Off)) {
+					t.Errorf("spelled out as %q", s.Value)
+				}
+			}
+		})
+	}
+	t.Setenv("ORTSERVE_CACHE", "/srv/cache")
+	if got := Default().CalibrationCache; got != "/srv/cache/calibration" {
+		t.Errorf("default under ORTSERVE_CACHE: %q", got)
+	}
+	t.Setenv("ORTSERVE_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	if got := Default().CalibrationCache; got != "/xdg/ortserve/calibration" {
+		t.Errorf("default under XDG_CACHE_HOME: %q", got)
+	}
+}

@@ -278,7 +278,7 @@ func (l *loader) mapping(path, section string, n *yaml.Node, bad func(string, ..
 			bad("line %d: %s has no value: give one or leave the key out", v.Line, key)
 		default:
 			value := v.Value
-			if pathFlags[name] && value != "" && !filepath.IsAbs(value) {
+			if pathFlags[name] && value != "" && value != Off && !filepath.IsAbs(value) {
 				value = filepath.Join(filepath.Dir(path), value)
 			}
 			if name == "model" {
