@@ -55,7 +55,7 @@ HADOLINT     := $(CACHE)/tools/hadolint-2.15.1
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI     := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
-.PHONY: all deps ort ort-cuda tokenizers venv golden-venv clients data models quantize damage golden build run test test-pure test-race-build test-timing-build unit lint bench bench-self bench-crosscheck bench-peers gpu-check soak clean help
+.PHONY: all deps ort ort-cuda tokenizers venv golden-venv clients data models quantize damage golden build run test test-pure test-race-build test-timing-build unit lint bench bench-self bench-crosscheck bench-peers profile-served footprint gpu-check soak clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -221,6 +221,13 @@ bench-crosscheck: deps models build ## bench against vegeta at one rate on the s
 
 bench-peers: deps data models build ## ortserve against itself at --max-batch 1, a hugot (Go + ORT) and a FastAPI peer, each pinned to one core, on short texts and passages: $(BENCH_OUT)/peers/ (~1.5 h; PEERS_QUICK=1: minutes)
 	$(RUN_ENV) GO=$(GO) scripts/bench-peers.sh ./$(BIN) $(PEERS) $(BENCH_OUT)/peers
+
+profile-served: deps models build ## where a saturated server's CPU time goes per passage (perf), against the offline limit: $(BENCH_OUT)/profile/ (~10 min)
+	mkdir -p $(BENCH_OUT) && python3 scripts/peers/peers.py texts $(BENCH_OUT)/profile-passages.txt 5 9 ortserve-passages-v1 $(DATA_DIR)/train.csv
+	$(RUN_ENV) scripts/profile-served.sh ./$(BIN) $(BENCH_OUT)/profile-passages.txt $(BENCH_OUT)/profile
+
+footprint: deps models build ## start-up time and memory of ortserve and its peers, unpinned: $(BENCH_OUT)/footprint/ (~3 min; run make bench-peers once first)
+	$(RUN_ENV) scripts/footprint.sh ./$(BIN) $(PEERS) $(BENCH_OUT)/footprint
 
 clean: ## remove build outputs (the cache stays; rm -rf $(CACHE) to drop it)
 	rm -rf bin bench.txt
