@@ -23,7 +23,7 @@ func testCompat(t *testing.T, url string, texts []string) {
 	// whatever batch it is in; dynamic int8 quantizes activations per batch, and the batcher
 	// may split the same request differently from one call to the next (by its learned cost
 	// and the sessions free), so its answers are held to what batch-mates move them by
-	// (docs/models.md: min cosine 0.96 alone against batched).
+	// (docs/quantization.md, "Results": min cosine about 0.96 alone against batched).
 	for _, version := range []string{"fp32", "int8-static", "int8"} {
 		minCos := 0.999999
 		if version == "int8" {

@@ -75,7 +75,7 @@ func TestServeEndToEnd(t *testing.T) {
 			}
 			minCos := 0.9999 // fp32: the golden graph itself, so only float rounding differs
 			if version == "int8" {
-				minCos = 0.95 // quantized: close, not equal (docs/models.md has the distribution)
+				minCos = 0.95 // quantized: close, not equal (docs/quantization.md has the distribution)
 			}
 			for _, g := range golden.Items {
 				v := vecs[g.Index]

@@ -369,7 +369,7 @@ func TestGateUsage(t *testing.T) {
 // The served pass: the same texts through the batcher, one per request, many in flight. The
 // report has a section per version against its own fixed-chunk answers; int8-static comes out
 // batch-invariant and dynamic int8 not (its probabilities and embeddings move with their
-// batch-mates; docs/models.md has the figures). With --require-batch-invariance that fails
+// batch-mates; docs/quantization.md has the figures). With --require-batch-invariance that fails
 // int8 and passes int8-static; without it the pass is informational.
 func TestGateServedVariability(t *testing.T) {
 	t.Parallel()

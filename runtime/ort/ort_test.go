@@ -208,8 +208,8 @@ func TestResolveDevice(t *testing.T) {
 // batch-mates however they are laid out, padded or packed, and the shortest text moves most.
 // A packing that let the texts attend to one another would move them far more, towards the
 // cosine of two different texts. The bound, 0.95, sits below what batching itself does to
-// int8 and above what mixing texts does (docs/models.md, "int8 and packing", has the cosines
-// this test logs with -v).
+// int8 and above what mixing texts does (docs/quantization.md, "Dynamic int8: the answer moves
+// with the batch", has the cosines this test logs with -v).
 func TestSessionPacks(t *testing.T) {
 	lengths := []int{5, 17, 9, 2}
 	var encs []tokenize.Encoding

@@ -69,7 +69,7 @@ on a labeled dataset, in this process, and checks each candidate against a budge
 classifier's accuracy drop must stay within --max-drop points at the upper end of a paired
 bootstrap confidence interval; an embedder is judged on the cosine to the baseline's
 embeddings and on nearest-centroid accuracy. The flags override the model's gate: section in
-model.yaml (docs/models.md), so a model with one needs no flags.
+model.yaml (docs/quantization.md), so a model with one needs no flags.
 Every version runs the same fixed, length-sorted chunks one at a time, so that the numbers can
 be reproduced. Then the same texts go through the batcher as a server sends them (one per
 request, --served-concurrency in flight): the report says per version how far the served
@@ -212,7 +212,7 @@ func ParseGate(args []string, getenv func(string) string, stderr io.Writer) (*Ga
 	if err := merged.Validate(); err != nil {
 		// The model's own section was valid (ReadConfig): the flags, or a setting neither
 		// gives, are at fault, so the message speaks of flags.
-		where := "a gate: section in " + filepath.Join(dir, models.ConfigFile) + " can set it too (docs/models.md)"
+		where := "a gate: section in " + filepath.Join(dir, models.ConfigFile) + " can set it too (docs/quantization.md)"
 		if cfg.Gate != nil {
 			where = "flags override the gate: section of " + filepath.Join(dir, models.ConfigFile)
 		}
