@@ -12,8 +12,8 @@ import (
 	"github.com/ortserve/ortserve/bench"
 )
 
-// fixture is the int8 version of the committed bench report (docs/bench/sentiment.json,
-// its histograms left out), with its fitted model. The fit is made once for the tests that
+// fixture is the int8 version of a real bench report (testdata/sentiment.json: an earlier
+// run of the command docs/bench.md shows, its histograms left out), with its fitted model. The fit is made once for the tests that
 // share it: under -race it takes most of a second.
 func fixture(t *testing.T) (Point, *Fit) {
 	t.Helper()

@@ -11,8 +11,9 @@ import (
 	"github.com/ortserve/ortserve/bench/plan"
 )
 
-// planReport is a real `server bench --json` report (docs/bench/sentiment.json without its
-// histograms): sentiment fp32 and int8 on two CPUs, p95 ≤ 100 ms, 300 rps target.
+// planReport is a real `server bench --json` report (an earlier run of the command that makes
+// docs/bench/sentiment.json, without its histograms): sentiment fp32 and int8 on two CPUs,
+// p95 ≤ 100 ms, 300 rps target.
 const planReport = "../../bench/plan/testdata/sentiment.json"
 
 // The plan tests run the subcommands in this process; they need no native library.
