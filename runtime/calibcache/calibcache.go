@@ -42,7 +42,7 @@ type Key struct {
 	Model    string `json:"model_sha256"`
 	Provider string `json:"provider"`
 	DeviceID int    `json:"device_id"`
-	// Machine is the processor and accelerators the runs were measured on (Machine).
+	// Machine is the processor and accelerators that ran the calibration (Machine).
 	Machine string `json:"machine"`
 	ORT     string `json:"ort"`
 	// Sessions are the graphs loaded and Streams the runs at once over them; Threads are each
@@ -214,7 +214,7 @@ func hashFile(path string) (string, error) {
 }
 
 // Machine names the processor and the NVIDIA GPUs of this machine, as Linux reports them
-// (/proc/cpuinfo, /proc/driver/nvidia), for a Key: a calibration measured on one kind of
+// (/proc/cpuinfo, /proc/driver/nvidia), for a Key: a calibration taken on one kind of
 // machine says nothing of another, as when a cache folder on a shared volume follows a pod to
 // another node. Where Linux does not say, it is the architecture alone.
 func Machine() string {
