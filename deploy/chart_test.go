@@ -364,21 +364,21 @@ func TestChartRefuses(t *testing.T) {
 	}
 }
 
-// The README shows what `helm template deploy/helm/ortserve --set autoscaling.enabled=true`
+// docs/deploy.md shows what `helm template deploy/helm/ortserve --set autoscaling.enabled=true`
 // prints for the HPA: it must stay what the chart renders.
-func TestReadmeHPA(t *testing.T) {
+func TestDocsHPA(t *testing.T) {
 	files, err := renderChart(loadChart(t), "release-name", map[string]any{"autoscaling": map[string]any{"enabled": true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const src = "ortserve/templates/hpa.yaml"
 	want := fmt.Sprintf("---\n# Source: %s\n%s\n", src, strings.TrimSpace(files[src]))
-	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "deploy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(readme, []byte(want)) {
-		t.Errorf("README.md's Deploy section lacks the HPA as rendered now; put this there:\n%s", want)
+	if !bytes.Contains(doc, []byte(want)) {
+		t.Errorf("docs/deploy.md lacks the HPA as rendered now; put this there:\n%s", want)
 	}
 }
 
