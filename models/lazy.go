@@ -32,10 +32,21 @@ type ExecInfo struct {
 	Streams int `json:"streams"`
 	// SharedWeights is true when streams share a session, and so its weights.
 	SharedWeights bool `json:"shared_weights"`
-	// Calibration is where its cost model's first curve came from: measured at load, or
-	// cached from an earlier load of the same version on the same machine.
+	// Calibration is where its cost model's first curve came from (Calibration*).
 	Calibration string `json:"calibration,omitempty"`
 }
+
+// Where a version's calibration came from, as ExecInfo.Calibration says it.
+const (
+	// CalibrationMeasuring: being measured while the version serves, one row a batch.
+	CalibrationMeasuring = "measuring"
+	// CalibrationMeasured: measured at load.
+	CalibrationMeasured = "measured"
+	// CalibrationCached: read from an earlier load of the same version on the same machine.
+	CalibrationCached = "cached"
+	// CalibrationFailed: a calibration run failed; the batches served teach the cost model.
+	CalibrationFailed = "failed"
+)
 
 // Describer is an Executor that says what it holds (runtime/engine's Version does).
 type Describer interface {

@@ -18,6 +18,8 @@ import (
 // the first of the sessions NewPool was given, which it warms up (serve does not warm that
 // one again).
 func (p *Pool) Calibrate(ctx context.Context, batches []tokenize.Batch, budget time.Duration) error {
+	p.calibrating.Store(true)
+	defer p.calibrating.Store(false)
 	s, err := p.acquire(ctx)
 	if err != nil {
 		return err
@@ -25,21 +27,77 @@ func (p *Pool) Calibrate(ctx context.Context, batches []tokenize.Batch, budget t
 	defer func() { p.free <- s }()
 	start := time.Now()
 	for _, b := range batches {
-		if _, err := s.Run(ctx, b); err != nil {
-			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
+		if err := p.measure(ctx, s, b); err != nil {
+			return err
 		}
-		t := time.Now()
-		if _, err := s.Run(ctx, b); err != nil {
-			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
-		}
-		d := time.Since(t)
-		p.cost.Observe(b.Rows, b.Cols, d, true)
-		p.calibration = append(p.calibration, Observation{Rows: b.Rows, Cols: b.Cols, Duration: d})
 		if time.Since(start) > budget {
 			break
 		}
 	}
 	return nil
+}
+
+// CalibrateServing measures what Calibrate does while the pool serves, and returns at once:
+// the runs go on in a goroutine of their own, which sends their outcome on the channel
+// returned and closes it. For each batch it takes a free session and gives it back after the
+// batch's two runs, so a served batch waits for at most one shape's runs. Until it ends the
+// pool is Calibrating, and a batcher on it runs one row a batch: what batch 1 costs is
+// measured first, and no batch is formed on a curve still being drawn. ctx's end stops it.
+// Warm the sessions up before: a shape's first run is not recorded, but a session's first run
+// of all is slower than that.
+func (p *Pool) CalibrateServing(ctx context.Context, batches []tokenize.Batch, budget time.Duration) <-chan error {
+	p.calibrating.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		defer p.calibrating.Store(false)
+		var spent time.Duration // its own runs' time: waiting for a session does not count
+		for _, b := range batches {
+			s, err := p.acquire(ctx)
+			if err != nil {
+				done <- err
+				return
+			}
+			start := time.Now()
+			err = p.measure(ctx, s, b)
+			spent += time.Since(start)
+			p.free <- s
+			if err != nil {
+				done <- err
+				return
+			}
+			if spent > budget {
+				break
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// Calibrating says whether Calibrate or CalibrateServing is measuring.
+func (p *Pool) Calibrating() bool { return p.calibrating.Load() }
+
+// measure runs b twice on s and records the second run's time as a calibration point.
+func (p *Pool) measure(ctx context.Context, s Session, b tokenize.Batch) error {
+	for i := range 2 {
+		t := time.Now()
+		if _, err := s.Run(ctx, b); err != nil {
+			return fmt.Errorf("runtime: calibrating %d×%d: %w", b.Rows, b.Cols, err)
+		}
+		if i == 1 {
+			p.record(Observation{Rows: b.Rows, Cols: b.Cols, Duration: time.Since(t)})
+		}
+	}
+	return nil
+}
+
+// record adds o to the cost model as a calibration point, and to Calibration.
+func (p *Pool) record(o Observation) {
+	p.cost.Observe(o.Rows, o.Cols, o.Duration, true)
+	p.calibMu.Lock()
+	p.calibration = append(p.calibration, o)
+	p.calibMu.Unlock()
 }
 
 // CalibrationFormat is the version of what a calibration measures and records
@@ -54,10 +112,14 @@ type Observation struct {
 	Duration time.Duration `json:"ns"`
 }
 
-// Calibration are the runs that seeded the cost model, in order: those Calibrate measured, or
-// those Seed gave. It is meant for start-up, as Calibrate is: a store of calibrations keeps
-// them so that the next start of the same version on the same device may Seed them.
-func (p *Pool) Calibration() []Observation { return slices.Clone(p.calibration) }
+// Calibration are the runs that seeded the cost model, in order: those Calibrate or
+// CalibrateServing measured, or those Seed gave. A store of calibrations keeps them, once
+// measured, so that the next start of the same version on the same device may Seed them.
+func (p *Pool) Calibration() []Observation {
+	p.calibMu.Lock()
+	defer p.calibMu.Unlock()
+	return slices.Clone(p.calibration)
+}
 
 // Seed seeds the cost model with runs measured before, in place of Calibrate: the
 // Calibration of a pool of the same graph on the same device, sessions and batching. It runs
@@ -65,11 +127,9 @@ func (p *Pool) Calibration() []Observation { return slices.Clone(p.calibration) 
 // Observations that could not be a run (no rows, no time) are left out.
 func (p *Pool) Seed(obs []Observation) {
 	for _, o := range obs {
-		if o.Rows < 1 || o.Cols < 1 || o.Duration <= 0 {
-			continue
+		if o.Rows >= 1 && o.Cols >= 1 && o.Duration > 0 {
+			p.record(o)
 		}
-		p.cost.Observe(o.Rows, o.Cols, o.Duration, true)
-		p.calibration = append(p.calibration, o)
 	}
 }
 

@@ -211,6 +211,11 @@ func (l *loop) next() {
 		_, lim.runBudget = l.b.ctl.budgets()
 	}
 	lim.stopped = l.regret.stopped()
+	if l.b.pool.Calibrating() {
+		// The cost curve is being measured beside the batches served (CalibrateServing):
+		// one row a batch until it is drawn.
+		lim.rows = 1
+	}
 	p := planBatch(l.q.view(time.Now()), l.free, lim, l.b.pack, l.b.cost.Predict, l.b.cost.Observations() > 0)
 	l.q.take(p.rows)
 	for i, w := range p.rows {

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ortserve/ortserve/tokenize"
@@ -82,7 +84,10 @@ type Pool struct {
 	sessions []Session
 	done     chan struct{}
 	cost     *CostModel
+	// calibrating is set while Calibrate or CalibrateServing measures.
+	calibrating atomic.Bool
 	// calibration are the runs Calibrate measured, or Seed gave, for Calibration.
+	calibMu     sync.Mutex
 	calibration []Observation
 }
 

@@ -261,3 +261,77 @@ func TestPoolRunFixed(t *testing.T) {
 		}
 	})
 }
+
+// CalibrateServing measures while the pool serves: it hands the session back between shapes,
+// so requests are answered before it ends, one row a batch while it runs; once it ends the
+// batcher forms batches again, and every shape was measured twice, the second run recorded.
+func TestCalibrateServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeSession{delay: 10 * time.Millisecond}
+		p := runtime.NewPool([]runtime.Session{f})
+		batches := runtime.CalibrationBatches(8, false) // 8 shapes of 16 and 48 columns
+		done := p.CalibrateServing(t.Context(), batches, time.Hour)
+		if !p.Calibrating() {
+			t.Fatal("not Calibrating once CalibrateServing has returned")
+		}
+		obs := &countingObserver{}
+		c := runtime.DefaultBatchConfig()
+		c.MaxBatchSize, c.Packing = 8, false
+		b := runtime.NewBatcher(c, p, obs)
+		defer b.Close()
+		execute := func(n int) {
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					if _, _, err := b.Execute(t.Context(), []tokenize.Encoding{enc(int64(i), 5)}); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		execute(4)
+		select {
+		case err := <-done:
+			t.Fatalf("calibration ended (%v) before 4 requests that came while it ran were answered", err)
+		default:
+		}
+		if got := fmt.Sprint(obs.batches); got != "[1 1 1 1]" {
+			t.Errorf("batches while calibrating %s; want one row each", got)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if p.Calibrating() {
+			t.Error("still Calibrating after the calibration ended")
+		}
+		measured := 0
+		for _, sh := range f.shapes {
+			if sh[1] != 5 {
+				measured++
+			}
+		}
+		if want := 2 * len(batches); measured != want || len(p.Calibration()) != len(batches) {
+			t.Errorf("%d calibration runs, %d recorded; want %d and %d", measured, len(p.Calibration()), want, len(batches))
+		}
+		obs.batches = nil
+		execute(8)
+		if len(obs.batches) == 8 {
+			t.Errorf("batches after calibrating %v; want some of several rows", obs.batches)
+		}
+	})
+}
+
+// Ending CalibrateServing's context stops it with the context's error.
+func TestCalibrateServingStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := runtime.NewPool([]runtime.Session{&fakeSession{delay: 10 * time.Millisecond}})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := p.CalibrateServing(ctx, runtime.CalibrationBatches(8, false), time.Hour)
+		time.Sleep(25 * time.Millisecond) // within the second shape, on the fake clock
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) || p.Calibrating() {
+			t.Errorf("after cancel: %v, calibrating %v; want context.Canceled, not calibrating", err, p.Calibrating())
+		}
+	})
+}

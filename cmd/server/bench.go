@@ -18,6 +18,7 @@ import (
 	"github.com/ortserve/ortserve/bench"
 	"github.com/ortserve/ortserve/bench/offline"
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
+	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
 )
@@ -127,6 +128,9 @@ func benchTargets(ctx context.Context, c *config.Bench, client *http.Client) err
 
 func serverTargets(ctx context.Context, c *config.Bench, client *http.Client, srv config.BenchServer) error {
 	info, err := fetchInfo(ctx, client, srv.URL)
+	if err == nil {
+		info, err = awaitCalibration(ctx, client, srv.URL, info)
+	}
 	var m *server.ModelInfo
 	if err == nil {
 		for i := range info.Models {
@@ -178,6 +182,41 @@ func serverTargets(ctx context.Context, c *config.Bench, client *http.Client, sr
 		return fmt.Errorf("--offline needs a model the server lists in /info, with its files in the model repository (%w)", errUsage)
 	}
 	return nil
+}
+
+// awaitCalibration waits, reading /info again every calibrationPoll, until no version of the
+// server at base is measuring its calibration (a first start measures it while serving, one
+// row a batch): a measurement starting before would measure that. It returns the last /info.
+func awaitCalibration(ctx context.Context, client *http.Client, base string, info *server.Info) (*server.Info, error) {
+	for {
+		measuring := calibrating(info)
+		if measuring == "" {
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %s's calibration: %w", measuring, ctx.Err())
+		case <-time.After(calibrationPoll):
+		}
+		var err error
+		if info, err = fetchInfo(ctx, client, base); err != nil {
+			return nil, err
+		}
+	}
+}
+
+const calibrationPoll = 100 * time.Millisecond
+
+// calibrating names a version of info still measuring its calibration, "" if none.
+func calibrating(info *server.Info) string {
+	for _, m := range info.Models {
+		for v, st := range m.VersionStates {
+			if st.ExecInfo != nil && st.Calibration == models.CalibrationMeasuring {
+				return m.Name + "/" + v
+			}
+		}
+	}
+	return ""
 }
 
 // errUnreachable is a server that did not answer at all, as opposed to one without /info.

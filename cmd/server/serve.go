@@ -44,7 +44,7 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := server.NewMetrics(reg)
 	ec := engineConfig(c)
-	ec.Observe, ec.Log = metrics.Observer, log
+	ec.Observe, ec.Log, ec.Background = metrics.Observer, log, true
 	b, err := newEngine(env, ec, log, "serving")
 	if err != nil {
 		return err

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
@@ -10,11 +12,15 @@ import (
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// Where a version's calibration came from, as models.ExecInfo says it.
-const (
-	calibrationMeasured = "measured"
-	calibrationCached   = "cached"
-)
+// staleCache is how many times slower than this host now runs it a cached calibration may
+// say the check's shape is before it is measured anew: such a file was measured while the
+// host was busy. The other way round (the cache faster than now) is the host busy now, which
+// the batches served teach the cost model, as they would have taught one measured now.
+const staleCache = 3
+
+// checkRuns is how many times the check times its shape on a warm session; it takes the
+// fastest, the run least disturbed by what else the host runs.
+const checkRuns = 3
 
 // cacheKey is the key of a version's calibration in the engine's cache: the file's hash sum,
 // the device, machine and ONNX Runtime, the version's sessions and streams (info), and what
@@ -30,35 +36,75 @@ func (e *Engine) cacheKey(sum string, info models.ExecInfo, maxBatch int, packed
 	}
 }
 
-// calibrate seeds pool's cost model. Where the cache holds key's calibration it seeds the
-// model from it and warms first (the session under the pool's first stream) up on one shape,
-// which measuring would have warmed: the version serves at once, its first request not cold.
-// Otherwise it measures batches on the pool (Pool.Calibrate) and stores what it measured
-// under key, if not nil. A cache file that cannot be read or written is logged, never fatal.
-// It returns where the calibration came from.
-func (e *Engine) calibrate(ctx context.Context, spec models.ExecSpec, pool *runtime.Pool, first runtime.Session, key *calibcache.Key, batches []tokenize.Batch) (string, error) {
-	if key != nil {
-		obs, found, err := e.cache.Load(*key)
-		if err != nil {
-			e.warn("calibration cache: file ignored, calibrating anew", spec, err)
-		}
-		if found {
-			pool.Seed(obs)
-			if err := warmUp(ctx, first, warmUpShapes[:1]); err != nil {
-				return "", fmt.Errorf("warm-up: %w", err)
-			}
-			return calibrationCached, nil
-		}
+// seedFromCache seeds pool's cost model from the cache's calibration under key, if it holds
+// one that this host's run of one shape bears out (checkCached), and says whether it did.
+// first is the session under the pool's first stream, warm on warmUpShapes[0]. A file that
+// cannot be read is logged, never fatal.
+func (e *Engine) seedFromCache(ctx context.Context, spec models.ExecSpec, pool *runtime.Pool, first runtime.Session, key *calibcache.Key) (bool, error) {
+	if key == nil {
+		return false, nil
 	}
+	obs, found, err := e.cache.Load(*key)
+	if err != nil {
+		e.warn("calibration cache: file ignored, calibrating anew", spec, err)
+	}
+	if !found {
+		return false, nil
+	}
+	ratio, err := checkCached(ctx, first, obs)
+	if err != nil {
+		return false, err
+	}
+	if ratio > staleCache {
+		if e.log != nil {
+			e.log.Warn("calibration cache: the cached cost is far above what this host takes now (measured while it was busy); calibrating anew",
+				"model", spec.Model, "version", spec.Version, "cached_vs_now", round2(ratio))
+		}
+		return false, nil
+	}
+	pool.Seed(obs)
+	return true, nil
+}
+
+// checkCached times warmUpShapes[0] on s, warm on it, checkRuns times, and returns the
+// time the calibration obs predicts for it over the fastest run.
+func checkCached(ctx context.Context, s runtime.Session, obs []runtime.Observation) (float64, error) {
+	sh := warmUpShapes[0]
+	m := runtime.NewCostModel()
+	for _, o := range obs {
+		m.Observe(o.Rows, o.Cols, o.Duration, true)
+	}
+	b := runtime.SyntheticBatch(sh[0], sh[1])
+	runs := make([]time.Duration, checkRuns)
+	for i := range runs {
+		start := time.Now()
+		if _, err := s.Run(ctx, b); err != nil {
+			return 0, fmt.Errorf("checking the cached calibration: %w", err)
+		}
+		runs[i] = time.Since(start)
+	}
+	return float64(m.Predict(sh[0], sh[1])) / float64(slices.Min(runs)), nil
+}
+
+// measure measures pool's calibration on batches, stores it under key (if not nil) and
+// returns where the calibration came from: measured, or failed, with the error that failed
+// it. A cache file that cannot be written is logged, never fatal.
+func (e *Engine) measure(ctx context.Context, spec models.ExecSpec, pool *runtime.Pool, key *calibcache.Key, batches []tokenize.Batch) (string, error) {
 	if err := pool.Calibrate(ctx, batches, e.calibration); err != nil {
-		return "", err
+		return models.CalibrationFailed, err
 	}
-	if key != nil {
-		if err := e.cache.Save(*key, pool.Calibration()); err != nil {
-			e.warn("calibration cache: not saved, the next start calibrates again", spec, err)
-		}
+	e.save(spec, pool, key)
+	return models.CalibrationMeasured, nil
+}
+
+// save stores pool's calibration under key, if not nil.
+func (e *Engine) save(spec models.ExecSpec, pool *runtime.Pool, key *calibcache.Key) {
+	if key == nil {
+		return
 	}
-	return calibrationMeasured, nil
+	if err := e.cache.Save(*key, pool.Calibration()); err != nil {
+		e.warn("calibration cache: not saved, the next start calibrates again", spec, err)
+	}
 }
 
 // warn logs a problem that loading works around.
@@ -67,3 +113,5 @@ func (e *Engine) warn(msg string, spec models.ExecSpec, err error) {
 		e.log.Warn(msg, "model", spec.Model, "version", spec.Version, "err", err)
 	}
 }
+
+func round2(x float64) float64 { return float64(int(x*100+0.5)) / 100 }

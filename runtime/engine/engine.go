@@ -47,6 +47,12 @@ type Config struct {
 	// that the next load of the same version on the same machine seeds its cost model from
 	// there instead of measuring it; "": none, every load measures.
 	CalibrationCache string
+	// Background measures a version's calibration, where the cache does not hold it, while
+	// the version serves (runtime.Pool.CalibrateServing): Load returns once the sessions are
+	// open and warm, and the version serves one row a batch until its cost curve is
+	// measured. Otherwise Load returns once it is. serve sets it, so that a first start
+	// answers as soon as a restart does; the commands that measure a version do not.
+	Background bool
 	// Observe gives each version's batcher its observer (the server's metrics); nil
 	// observes nothing.
 	Observe func(model, version string) runtime.Observer
@@ -63,6 +69,7 @@ type Engine struct {
 	sessions    int
 	batch       runtime.BatchConfig
 	calibration time.Duration
+	background  bool
 	cache       *calibcache.Store // nil: none
 	machine     string            // calibcache.Machine, once
 	observe     func(model, version string) runtime.Observer
@@ -85,7 +92,7 @@ func New(env *ort.Env, c Config) (*Engine, error) {
 	}
 	threads, sessions := size(p, c.Threads, c.Sessions, goruntime.GOMAXPROCS(0))
 	e := &Engine{
-		env: env, sessions: sessions, batch: c.Batch, calibration: c.Calibration,
+		env: env, sessions: sessions, batch: c.Batch, calibration: c.Calibration, background: c.Background,
 		observe: c.Observe, log: c.Log, why: why,
 		opts: ort.Options{Provider: p, DeviceID: c.DeviceID, IntraOpThreads: threads, InterOpThreads: 1, Strict: c.Strict},
 	}

@@ -5,6 +5,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -345,6 +346,94 @@ func TestCalibrationCache(t *testing.T) {
 	defer third.Close()
 	if third.ExecInfo().Calibration != "measured" || !strings.Contains(logs.String(), `level=WARN msg="calibration cache: file ignored, calibrating anew" model=minilm version=fp32 err="calibcache: `) {
 		t.Errorf("after corrupting the file: calibration %s; log:\n%s", third.ExecInfo().Calibration, logs.String())
+	}
+
+	// A file that says every run took 100 times what this host takes (a calibration measured
+	// while the host was busy) fails the check at load: measured anew, and overwritten.
+	var entry map[string]any
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &entry); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range entry["observations"].([]any) {
+		o.(map[string]any)["ns"] = o.(map[string]any)["ns"].(float64) * 100
+	}
+	if data, err = json.Marshal(entry); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files[0], data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fourth, _ := loadTimed()
+	defer fourth.Close()
+	if fourth.ExecInfo().Calibration != "measured" || !strings.Contains(logs.String(), `level=WARN msg="calibration cache: the cached cost is far above what this host takes now`) {
+		t.Errorf("a cache 100 times too slow: calibration %s; log:\n%s", fourth.ExecInfo().Calibration, logs.String())
+	}
+	fifth, _ := loadTimed()
+	defer fifth.Close()
+	if fifth.ExecInfo().Calibration != "cached" {
+		t.Errorf("after measuring over a stale file: calibration %s, want cached", fifth.ExecInfo().Calibration)
+	}
+}
+
+// With Background, a version whose calibration is not cached serves as soon as its sessions
+// are warm, measuring its calibration beside what it serves; once measured, it is cached,
+// and the next load seeds from it. Closing a version that is still measuring stops it.
+func TestBackgroundCalibration(t *testing.T) {
+	dir := t.TempDir()
+	e := cpuEngine(t, engine.Config{Sessions: 2, Calibration: 300 * time.Millisecond, CalibrationCache: dir, Background: true})
+	spec := models.ExecSpec{Model: "minilm", Version: "fp32", Path: filepath.Join(modelDir("minilm"), "fp32.onnx"), Output: "last_hidden_state"}
+	tok, err := e.Tokenizer(filepath.Join(modelDir("minilm"), "tokenizer.json"), 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	encs, err := tok.Encode(texts[:1], tokenize.Options{Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.Load(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The calibration's runs take at least its 300 ms budget: it cannot have ended yet.
+	if got := v.ExecInfo().Calibration; got != "measuring" {
+		t.Errorf("calibration %q right after Load; want measuring", got)
+	}
+	if out, _, err := v.Execute(t.Context(), encs); err != nil || len(out) != 1 {
+		t.Fatalf("a request while measuring: %v, %d tensors", err, len(out))
+	}
+	select {
+	case <-v.Calibrated():
+	case <-t.Context().Done():
+		t.Fatal("the calibration never ended")
+	}
+	if got, obs := v.ExecInfo().Calibration, v.State().Cost.Observations; got != "measured" || obs < 2 {
+		t.Errorf("once calibrated: %q, %d cost observations; want measured and the calibration's", got, obs)
+	}
+	v.Close()
+
+	again, err := e.Load(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := again.ExecInfo().Calibration; got != "cached" {
+		t.Errorf("second load: calibration %q; want cached", got)
+	}
+	again.Close()
+
+	// A calibration far longer than the test, stopped by Close.
+	slow := cpuEngine(t, engine.Config{Sessions: 1, Calibration: time.Hour, Background: true})
+	v, err = slow.Load(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	if got := v.ExecInfo().Calibration; got != "failed" {
+		t.Errorf("closed while measuring: calibration %q; want failed (stopped)", got)
 	}
 }
 

@@ -6,29 +6,36 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/runtime/calibcache"
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// Version is one loaded model version: its session pool, which has learned what a batch
-// costs, and the batcher that serves requests from it. It is a models.Executor.
+// Version is one loaded model version: its session pool, which learns what a batch costs,
+// and the batcher that serves requests from it. It is a models.Executor.
 type Version struct {
 	*runtime.Batcher
 	pool   *runtime.Pool
 	cfg    runtime.BatchConfig
 	packed bool
-	info   models.ExecInfo
+	info   models.ExecInfo // but Calibration, which calibration holds
+
+	calibration atomic.Pointer[string] // where the cost model's calibration came from
+	calibrated  chan struct{}          // closed when it is there
+	stop        context.CancelFunc     // ends a calibration measured while serving
 }
 
 // Executor loads the version spec names: it opens spec.Instances streams (0: the engine's
 // Sessions), on one session that they share on the CPU, on as many sessions on CUDA
-// (sharesWeights); seeds the pool's cost model from the engine's calibration cache, or else
-// calibrates it on the first session (which warms it up); warms up the other sessions; and
-// starts the version's batcher with the engine's batching, overridden by the model's. Loading
-// runs under a context of its own, as models' start-up check does: no request waits on it.
+// (sharesWeights), and warms them up; seeds the pool's cost model from the engine's
+// calibration cache where it holds the version's, or else measures it (in the background, if
+// the engine's Config says so); and starts the version's batcher with the engine's batching,
+// overridden by the model's. Loading runs under a context of its own, as models' start-up
+// check does: no request waits on it.
 func (e *Engine) Executor(spec models.ExecSpec) (models.Executor, error) {
 	return e.Load(context.Background(), spec)
 }
@@ -52,7 +59,9 @@ func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, erro
 	if e.cache != nil {
 		hashing.Go(func() { sum, sumErr = e.cache.FileHash(spec.Path) })
 	}
-	o, err := e.openSessions(ctx, spec.Path, spec.Output, cmp.Or(spec.Instances, e.sessions), false)
+	// A calibration measured before the version serves warms the first session up as it
+	// goes; one measured while it serves does not, and a cached one needs only one shape.
+	o, err := e.openSessions(ctx, spec.Path, spec.Output, cmp.Or(spec.Instances, e.sessions), e.background)
 	hashing.Wait()
 	if err != nil {
 		return nil, err
@@ -68,8 +77,8 @@ func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, erro
 		e.warn("calibration cache: the model file could not be hashed; calibrating", spec, sumErr)
 		key = nil
 	}
-	info.Calibration, err = e.calibrate(ctx, spec, pool, o.sessions[0], key, runtime.CalibrationBatches(cfg.MaxBatchSize, packed))
-	if err != nil {
+	v := &Version{pool: pool, cfg: cfg, packed: packed, info: info, calibrated: make(chan struct{}), stop: func() {}}
+	if err := e.calibrate(ctx, spec, v, o.sessions[0], key, runtime.CalibrationBatches(cfg.MaxBatchSize, packed)); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -77,16 +86,78 @@ func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, erro
 	if e.log != nil {
 		obs = &logControl{Observer: obs, log: e.log.With("model", spec.Model, "version", spec.Version)}
 	}
-	v := &Version{Batcher: runtime.NewBatcher(cfg, pool, obs), pool: pool, cfg: cfg, packed: packed, info: info}
-	if e.log != nil {
-		logCost(e.log, spec, v.State(), info.Calibration)
-	}
+	v.Batcher = runtime.NewBatcher(cfg, pool, obs)
 	return v, nil
+}
+
+// calibrate seeds v's cost model from the cache where it holds key's calibration (key nil:
+// no cache), warming first (the session under the pool's first stream) up on one shape,
+// which measuring would have warmed: the version serves at once, its first request not cold.
+// Otherwise it measures the calibration on batches, before it returns or, with the engine's
+// Background, beside the batches the version serves; what it measured goes to the cache.
+func (e *Engine) calibrate(ctx context.Context, spec models.ExecSpec, v *Version, first runtime.Session, key *calibcache.Key, batches []tokenize.Batch) error {
+	if key != nil && !e.background {
+		if err := warmUp(ctx, first, warmUpShapes[:1]); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	cached, err := e.seedFromCache(ctx, spec, v.pool, first, key)
+	switch {
+	case err != nil:
+		return err
+	case cached:
+		e.calibrationEnded(spec, v, models.CalibrationCached)
+		return nil
+	case !e.background:
+		source, err := e.measure(ctx, spec, v.pool, key, batches)
+		if err != nil {
+			return err
+		}
+		e.calibrationEnded(spec, v, source)
+		return nil
+	}
+	v.calibration.Store(ptr(models.CalibrationMeasuring))
+	// The calibration outlives Load: the version's Close, not ctx, ends it.
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	v.stop = stop
+	done := v.pool.CalibrateServing(bg, batches, e.calibration)
+	go func() {
+		source := models.CalibrationMeasured
+		if err := <-done; err != nil {
+			source = models.CalibrationFailed
+			if bg.Err() == nil {
+				e.warn("calibration failed; the cost model learns from the batches served", spec, err)
+			}
+		} else {
+			e.save(spec, v.pool, key)
+		}
+		e.calibrationEnded(spec, v, source)
+	}()
+	return nil
+}
+
+// calibrationEnded records where v's calibration came from, and logs its cost.
+func (e *Engine) calibrationEnded(spec models.ExecSpec, v *Version, source string) {
+	v.calibration.Store(&source)
+	close(v.calibrated)
+	if e.log != nil {
+		logCost(e.log, spec, v.pool, v.cfg.MaxBatchSize, v.packed, source)
+	}
 }
 
 // ExecInfo is what the version holds: its sessions and streams, whether they share weights,
 // and where its cost model's calibration came from (models.Describer).
-func (v *Version) ExecInfo() models.ExecInfo { return v.info }
+func (v *Version) ExecInfo() models.ExecInfo {
+	info := v.info
+	if c := v.calibration.Load(); c != nil {
+		info.Calibration = *c
+	}
+	return info
+}
+
+// Calibrated is closed once the version's cost model holds its calibration: at once unless
+// the engine measures it while serving.
+func (v *Version) Calibrated() <-chan struct{} { return v.calibrated }
 
 // RunFixed runs encs in order as batches of their own, straight on the pool, bypassing the
 // batcher: consecutive encodings up to the version's max batch size and token budget go
@@ -130,8 +201,11 @@ func (v *Version) fits(encs []tokenize.Encoding) int {
 	return len(encs)
 }
 
-// Close serves what was admitted, then releases the sessions.
+// Close ends a calibration still measuring, serves what was admitted, then releases the
+// sessions.
 func (v *Version) Close() error {
+	v.stop()
+	<-v.calibrated
 	v.Batcher.Close()
 	return v.pool.Close()
 }
@@ -170,12 +244,13 @@ func (l *logControl) Control(s runtime.SchedulerState, changed bool) {
 // logCost logs a version's calibrated cost at batch 1 and at its largest batch, for the
 // typical short text: enough to see at start-up whether batching pays on this device; and
 // whether the calibration was measured or read from the cache.
-func logCost(log *slog.Logger, spec models.ExecSpec, st runtime.SchedulerState, source string) {
-	var args []any
-	for _, p := range st.Cost.Curve {
-		if p.Tokens == 16 && (p.Rows == 1 || p.Rows == st.MaxBatch) {
-			args = append(args, fmt.Sprintf("batch_%d_ms", p.Rows), p.Ms, fmt.Sprintf("batch_%d_per_text_vs_1", p.Rows), p.PerTextVs1)
-		}
+func logCost(log *slog.Logger, spec models.ExecSpec, pool *runtime.Pool, maxBatch int, packed bool, source string) {
+	cost := pool.Cost()
+	args := []any{"model", spec.Model, "version", spec.Version, "runs", cost.Observations()}
+	for _, p := range cost.Curve([]int{1, maxBatch}, []int{16}, packed) {
+		args = append(args, fmt.Sprintf("batch_%d_ms", p.Rows), p.Ms, fmt.Sprintf("batch_%d_per_text_vs_1", p.Rows), p.PerTextVs1)
 	}
-	log.Info("cost model calibrated", append([]any{"model", spec.Model, "version", spec.Version, "runs", st.Cost.Observations}, append(args, "calibration", source)...)...)
+	log.Info("cost model calibrated", append(args, "calibration", source)...)
 }
+
+func ptr[T any](v T) *T { return &v }
