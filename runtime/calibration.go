@@ -38,19 +38,27 @@ func (p *Pool) Calibrate(ctx context.Context, batches []tokenize.Batch, budget t
 }
 
 // CalibrateServing measures what Calibrate does while the pool serves, and returns at once:
-// the runs go on in a goroutine of their own, which sends their outcome on the channel
-// returned and closes it. For each batch it takes a free session and gives it back after the
+// the runs go on in a goroutine of their own, once after is closed (nil: at once), which
+// sends their outcome on the channel returned and closes it. For each batch it takes a free session and gives it back after the
 // batch's two runs, so a served batch waits for at most one shape's runs. Until it ends the
 // pool is Calibrating, and a batcher on it runs one row a batch: what batch 1 costs is
 // measured first, and no batch is formed on a curve still being drawn. ctx's end stops it.
 // Warm the sessions up before: a shape's first run is not recorded, but a session's first run
 // of all is slower than that.
-func (p *Pool) CalibrateServing(ctx context.Context, batches []tokenize.Batch, budget time.Duration) <-chan error {
+func (p *Pool) CalibrateServing(ctx context.Context, after <-chan struct{}, batches []tokenize.Batch, budget time.Duration) <-chan error {
 	p.calibrating.Store(true)
 	done := make(chan error, 1)
 	go func() {
 		defer close(done)
 		defer p.calibrating.Store(false)
+		if after != nil {
+			select {
+			case <-after:
+			case <-ctx.Done():
+				done <- ctx.Err()
+				return
+			}
+		}
 		var spent time.Duration // its own runs' time: waiting for a session does not count
 		for _, b := range batches {
 			s, err := p.acquire(ctx)

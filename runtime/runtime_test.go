@@ -270,7 +270,7 @@ func TestCalibrateServing(t *testing.T) {
 		f := &fakeSession{delay: 10 * time.Millisecond}
 		p := runtime.NewPool([]runtime.Session{f})
 		batches := runtime.CalibrationBatches(8, false) // 8 shapes of 16 and 48 columns
-		done := p.CalibrateServing(t.Context(), batches, time.Hour)
+		done := p.CalibrateServing(t.Context(), nil, batches, time.Hour)
 		if !p.Calibrating() {
 			t.Fatal("not Calibrating once CalibrateServing has returned")
 		}
@@ -327,11 +327,32 @@ func TestCalibrateServingStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := runtime.NewPool([]runtime.Session{&fakeSession{delay: 10 * time.Millisecond}})
 		ctx, cancel := context.WithCancel(t.Context())
-		done := p.CalibrateServing(ctx, runtime.CalibrationBatches(8, false), time.Hour)
+		done := p.CalibrateServing(ctx, nil, runtime.CalibrationBatches(8, false), time.Hour)
 		time.Sleep(25 * time.Millisecond) // within the second shape, on the fake clock
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) || p.Calibrating() {
 			t.Errorf("after cancel: %v, calibrating %v; want context.Canceled, not calibrating", err, p.Calibrating())
+		}
+
+		// Held back by after, it runs nothing until after is closed; a cancel while held
+		// stops it too.
+		f := &fakeSession{delay: 10 * time.Millisecond}
+		p = runtime.NewPool([]runtime.Session{f})
+		after := make(chan struct{})
+		done = p.CalibrateServing(t.Context(), after, runtime.CalibrationBatches(2, false), time.Hour)
+		time.Sleep(time.Second)
+		if f.runs != 0 || !p.Calibrating() {
+			t.Errorf("held: %d runs, calibrating %v; want none, and calibrating", f.runs, p.Calibrating())
+		}
+		close(after)
+		if err := <-done; err != nil || f.runs == 0 {
+			t.Errorf("released: %v, %d runs", err, f.runs)
+		}
+		ctx, cancel = context.WithCancel(t.Context())
+		done = runtime.NewPool([]runtime.Session{f}).CalibrateServing(ctx, make(chan struct{}), nil, time.Hour)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled while held: %v", err)
 		}
 	})
 }

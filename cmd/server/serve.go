@@ -53,6 +53,10 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 	log.Info("execution provider", "requested", c.Device, "provider", provider, "sessions", b.Sessions(), "threads", b.Threads(), "ort", env.Version())
 	log.Info("batching", "max_batch", c.Batch.MaxBatchSize, "max_batch_tokens", c.Batch.MaxBatchTokens, "packing", c.Packing, "max_queue_delay", c.Batch.MaxQueueDelay, "max_queue_requests", c.Batch.MaxQueueRequests, "slo", runtime.FormatSLO(c.Batch.SLO))
 
+	// Versions measuring their calibration while they serve start measuring once the port
+	// is open, not while the other versions still load.
+	release := b.HoldCalibrations()
+	defer release()
 	repo, err := models.OpenSources(c.Sources(), b, log)
 	if err != nil {
 		return err
@@ -82,6 +86,7 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 		log.Warn("no API key, and the address is not loopback: anyone who can reach it can use the models; set --api-key or --api-key-file, or listen on 127.0.0.1 behind a proxy (docs/security.md)", "addr", ln.Addr().String())
 	}
 	front := server.NewFront(ln, srv.Handler(), c.Conn, log)
+	release()
 	srv.SetReady(true)
 	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models, "model", c.Model)
 	fmt.Fprintf(stdout, "ortserve %s listening on http://%s\n", version, ln.Addr())

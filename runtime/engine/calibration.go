@@ -19,8 +19,9 @@ import (
 const staleCache = 3
 
 // checkRuns is how many times the check times its shape on a warm session; it takes the
-// fastest, the run least disturbed by what else the host runs.
-const checkRuns = 3
+// fastest, the run least disturbed by what else the host runs. A start with the cache pays
+// for them: a slow version's batch of one (fp16 on a CPU) takes tens of milliseconds.
+const checkRuns = 2
 
 // cacheKey is the key of a version's calibration in the engine's cache: the file's hash sum,
 // the device, machine and ONNX Runtime, the version's sessions and streams (info), and what

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"log/slog"
 	goruntime "runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ortserve/ortserve/runtime"
@@ -70,8 +72,9 @@ type Engine struct {
 	batch       runtime.BatchConfig
 	calibration time.Duration
 	background  bool
-	cache       *calibcache.Store // nil: none
-	machine     string            // calibcache.Machine, once
+	cache       *calibcache.Store             // nil: none
+	machine     string                        // calibcache.Machine, once
+	held        atomic.Pointer[chan struct{}] // HoldCalibrations' channel while it holds
 	observe     func(model, version string) runtime.Observer
 	log         *slog.Logger
 	why         string
@@ -131,6 +134,19 @@ func PackingOn(mode string, p ort.Provider) bool {
 		return false
 	}
 	return p == ort.ProviderCPU
+}
+
+// HoldCalibrations holds back the calibrations that versions loaded from now on measure while
+// serving (Config.Background) until release is called: serve loads its versions with them
+// held, so that start-up's CPU goes to loading the versions, and releases them once it
+// listens. Versions loaded after release (a reload, a lazy version) measure at once.
+func (e *Engine) HoldCalibrations() (release func()) {
+	ch := make(chan struct{})
+	e.held.Store(&ch)
+	return sync.OnceFunc(func() {
+		e.held.CompareAndSwap(&ch, nil)
+		close(ch)
+	})
 }
 
 // Provider is the execution provider the versions run on.

@@ -425,6 +425,30 @@ func TestBackgroundCalibration(t *testing.T) {
 	}
 	again.Close()
 
+	// Held back, as serve holds them while it loads: the version serves, and measures once
+	// released.
+	release := e.HoldCalibrations()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.Load(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := held.Execute(t.Context(), encs); err != nil || len(out) != 1 || held.ExecInfo().Calibration != "measuring" {
+		t.Fatalf("a request while held: %v, %d tensors, calibration %q", err, len(out), held.ExecInfo().Calibration)
+	}
+	release()
+	select {
+	case <-held.Calibrated():
+	case <-t.Context().Done():
+		t.Fatal("the held calibration never ended once released")
+	}
+	if got := held.ExecInfo().Calibration; got != "measured" {
+		t.Errorf("held, then released: calibration %q; want measured", got)
+	}
+	held.Close()
+
 	// A calibration far longer than the test, stopped by Close.
 	slow := cpuEngine(t, engine.Config{Sessions: 1, Calibration: time.Hour, Background: true})
 	v, err = slow.Load(t.Context(), spec)

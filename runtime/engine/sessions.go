@@ -36,9 +36,9 @@ func (e *Engine) OpenSessions(ctx context.Context, path, output string, n int) (
 }
 
 // openSessions opens n streams: n sessions, or one that n streams share (sharesWeights). It
-// warms the sessions up, the first only if warmFirst: a pool's calibration runs every shape it
-// measures twice on its first stream, the first run warming it up, so a version that
-// calibrates need not warm that session twice. The sessions are opened and warmed up side by
+// warms the sessions up, the first only if warmFirst: a version warms its first session on
+// one shape and leaves the rest to its calibration, which runs every shape it measures twice,
+// the first run warming it up (Load), so a version's first answer waits for one warm-up run. The sessions are opened and warmed up side by
 // side, each a graph to load and optimize mostly on one thread. On any failure it closes the
 // ones it opened and returns the first error: the sessions of one file fail alike, and one
 // line says why.

@@ -59,9 +59,8 @@ func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, erro
 	if e.cache != nil {
 		hashing.Go(func() { sum, sumErr = e.cache.FileHash(spec.Path) })
 	}
-	// A calibration measured before the version serves warms the first session up as it
-	// goes; one measured while it serves does not, and a cached one needs only one shape.
-	o, err := e.openSessions(ctx, spec.Path, spec.Output, cmp.Or(spec.Instances, e.sessions), e.background)
+	// The first session is warmed up by what calibrate does with it (openSessions).
+	o, err := e.openSessions(ctx, spec.Path, spec.Output, cmp.Or(spec.Instances, e.sessions), false)
 	hashing.Wait()
 	if err != nil {
 		return nil, err
@@ -91,15 +90,14 @@ func (e *Engine) Load(ctx context.Context, spec models.ExecSpec) (*Version, erro
 }
 
 // calibrate seeds v's cost model from the cache where it holds key's calibration (key nil:
-// no cache), warming first (the session under the pool's first stream) up on one shape,
-// which measuring would have warmed: the version serves at once, its first request not cold.
-// Otherwise it measures the calibration on batches, before it returns or, with the engine's
+// no cache), or else measures it on batches: before it returns or, with the engine's
 // Background, beside the batches the version serves; what it measured goes to the cache.
+// Either way it first warms first (the session under the pool's first stream, cold) up on one
+// shape, which the cache's check times: the version serves at once, its first request not
+// cold. Measuring runs every shape once before it times it, which warms the rest up.
 func (e *Engine) calibrate(ctx context.Context, spec models.ExecSpec, v *Version, first runtime.Session, key *calibcache.Key, batches []tokenize.Batch) error {
-	if key != nil && !e.background {
-		if err := warmUp(ctx, first, warmUpShapes[:1]); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
+	if err := warmUp(ctx, first, warmUpShapes[:1]); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
 	}
 	cached, err := e.seedFromCache(ctx, spec, v.pool, first, key)
 	switch {
@@ -120,7 +118,11 @@ func (e *Engine) calibrate(ctx context.Context, spec models.ExecSpec, v *Version
 	// The calibration outlives Load: the version's Close, not ctx, ends it.
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	v.stop = stop
-	done := v.pool.CalibrateServing(bg, batches, e.calibration)
+	var after <-chan struct{}
+	if h := e.held.Load(); h != nil {
+		after = *h
+	}
+	done := v.pool.CalibrateServing(bg, after, batches, e.calibration)
 	go func() {
 		source := models.CalibrationMeasured
 		if err := <-done; err != nil {
