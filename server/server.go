@@ -101,13 +101,13 @@ func (s *Server) Handler() http.Handler {
 		r.With(s.admit("/embed")).Post("/embed", s.embed)
 		r.With(s.admit("/predict")).Post("/predict", s.predict)
 		r.With(s.admit("/rerank")).Post("/rerank", s.rerank)
-		r.With(s.admit("/")).Post("/", s.root) // TEI's route for its model: tei_root.go
+		r.With(s.admit("/")).Post("/", s.root)                       // TEI's route for its model: tei_root.go
 		r.With(s.admit("/embed_all")).Post("/embed_all", s.embedAll) // tei_more.go
 		r.With(s.admit("/similarity")).Post("/similarity", s.similarity)
 		r.With(s.admit("/decode")).Post("/decode", s.decodeIDs)
-		r.With(s.admit("/vertex")).Post("/vertex", s.vertex)                  // vertex.go
+		r.With(s.admit("/vertex")).Post("/vertex", s.vertex)         // vertex.go
 		r.With(s.admit("/invocations")).Post("/invocations", s.root) // SageMaker's POST /
-		r.Get("/ping", s.ping)                                                // SageMaker's /health
+		r.Get("/ping", s.ping)                                       // SageMaker's /health
 		r.Post("/tokenize", s.tokenize)
 		r.Get("/openapi.json", s.openAPI)
 		if s.cfg.Metrics != nil {
