@@ -50,17 +50,21 @@ func newCache(maxBytes int64) *cache {
 	return &cache{max: maxBytes, lru: lru}
 }
 
-// cacheKey is the input prefixed with one byte of the options that change its answer:
+// cacheKey is the input prefixed with one byte of the options that change its answer (a):
 // embed's normalize or classify's and rerank's raw (a model does one task, so they never share
-// a cache), and truncate, since a text over the maximum length has an answer only when it is
-// cut. A pair's key has a flag of its own and the first text's length in bytes before the
-// two texts, so that no pair's key is another's, nor a single text's.
-func cacheKey(in Input, truncate, variant bool) string {
+// a cache), truncate, since a text over the maximum length has an answer only when it is
+// cut, and, when it is, the side it is cut from. A pair's key has a flag of its own and the
+// first text's length in bytes before the two texts, so that no pair's key is another's, nor
+// a single text's.
+func cacheKey(in Input, a answer) string {
 	var flags byte
-	if truncate {
+	if a.cut.Truncate {
 		flags |= 1
+		if a.cut.Left {
+			flags |= 8
+		}
 	}
-	if variant {
+	if a.variant {
 		flags |= 2
 	}
 	if !in.Pair {

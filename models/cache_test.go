@@ -46,6 +46,7 @@ func TestCache(t *testing.T) {
 		version      string
 		texts        []string
 		truncate     bool
+		left         bool // cut on the left
 		variant      bool // normalize for embed, raw for classify
 		hits, misses int
 		truncated    int
@@ -61,6 +62,8 @@ func TestCache(t *testing.T) {
 		{name: "an error is not cached", texts: []string{"far too long"}, misses: 1, tooLong: 0},
 		{name: "truncated input misses", texts: []string{"far too long"}, truncate: true, misses: 1, truncated: 1, tooLong: -1},
 		{name: "truncated input hits and still says so", texts: []string{"far too long", "a"}, truncate: true, hits: 2, truncated: 1, tooLong: -1},
+		{name: "the side cut from is in the key", texts: []string{"far too long"}, truncate: true, left: true, misses: 1, truncated: 1, tooLong: -1},
+		{name: "left hits its own", texts: []string{"far too long"}, truncate: true, left: true, hits: 1, truncated: 1, tooLong: -1},
 		{name: "duplicates in one request both compute", texts: []string{"e", "e"}, truncate: true, misses: 2, tooLong: -1},
 		{name: "then hit", texts: []string{"e"}, truncate: true, hits: 1, tooLong: -1},
 		{name: "versions do not share", version: "fp16", texts: []string{"a", "b"}, truncate: true, misses: 2, tooLong: -1},
@@ -77,9 +80,9 @@ func TestCache(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			call := func(m *models.Model) ([][]float32, models.Stats, error) {
 				if s.classify {
-					return m.Classify(t.Context(), s.version, s.texts, models.ClassifyOptions{Truncate: s.truncate, Raw: s.variant})
+					return m.Classify(t.Context(), s.version, s.texts, models.ClassifyOptions{Truncate: s.truncate, Left: s.left, Raw: s.variant})
 				}
-				return m.Embed(t.Context(), s.version, s.texts, models.EmbedOptions{Truncate: s.truncate, Normalize: s.variant})
+				return m.Embed(t.Context(), s.version, s.texts, models.EmbedOptions{Truncate: s.truncate, Left: s.left, Normalize: s.variant})
 			}
 			m, ref := emb, embRef
 			if s.classify {

@@ -258,10 +258,9 @@ func singles(texts []string) []Input {
 	return in
 }
 
-// encode tokenizes inputs, single texts and pairs alike, in their order; a *TooLongError
-// names the input by its index in inputs.
-func (m *Model) encode(inputs []Input, truncate bool) ([]tokenize.Encoding, error) {
-	opts := tokenize.Options{Truncate: truncate}
+// encode tokenizes inputs, single texts and pairs alike, in their order, cut as opts says; a
+// *TooLongError names the input by its index in inputs.
+func (m *Model) encode(inputs []Input, opts tokenize.Options) ([]tokenize.Encoding, error) {
 	texts := make([]string, 0, len(inputs))
 	var pairs []tokenize.Pair
 	for _, in := range inputs {
@@ -321,13 +320,22 @@ func (m *Model) encode(inputs []Input, truncate bool) ([]tokenize.Encoding, erro
 	return out, nil
 }
 
+// answer is what changes a pipeline's answer to an input besides the input itself, and so
+// makes its response cache key: how the input is cut, and the pipeline's own option (embed's
+// normalize, classify's and rerank's raw). uncached answers skip the cache: a text's
+// per-token vectors (EmbedAll) are as large as a few hundred pooled ones, which they would
+// evict.
+type answer struct {
+	cut      tokenize.Options
+	variant  bool
+	uncached bool
+}
+
 // run answers inputs on a version ("": the traffic split, or the default): from its
 // response cache where it can, and by tokenizing and executing the rest, whose answers
-// finish makes. It is the part every pipeline shares.
-// variant is the pipeline option that changes an answer (embed's normalize, classify's and
-// rerank's raw); with truncate it makes the cache key. The answers are in inputs' order and
+// finish makes. It is the part every pipeline shares. The answers are in inputs' order and
 // the caller's to keep and modify.
-func (m *Model) run(ctx context.Context, version string, task Task, inputs []Input, truncate, variant bool, finish finisher) ([][]float32, Stats, error) {
+func (m *Model) run(ctx context.Context, version string, task Task, inputs []Input, a answer, finish finisher) ([][]float32, Stats, error) {
 	var st Stats
 	if m.Config.Task != task {
 		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task}
@@ -342,11 +350,11 @@ func (m *Model) run(ctx context.Context, version string, task Task, inputs []Inp
 	// and keys[i] is inputs[i]'s key.
 	var keys []string
 	misses, todo := []int(nil), inputs
-	if v.cache != nil {
+	if v.cache != nil && !a.uncached {
 		keys = make([]string, len(inputs))
 		todo = make([]Input, 0, len(inputs))
 		for i, in := range inputs {
-			keys[i] = cacheKey(in, truncate, variant)
+			keys[i] = cacheKey(in, a)
 			if e, ok := v.cache.get(keys[i]); ok {
 				out[i] = e.vec
 				st.CacheHits++
@@ -364,7 +372,7 @@ func (m *Model) run(ctx context.Context, version string, task Task, inputs []Inp
 		}
 	}
 	start := time.Now()
-	encs, err := m.encode(todo, truncate)
+	encs, err := m.encode(todo, a.cut)
 	if err != nil {
 		// The tokenizer saw only the misses: name the input by its place in the request.
 		var tooLong *tokenize.TooLongError
@@ -403,7 +411,10 @@ func (m *Model) run(ctx context.Context, version string, task Task, inputs []Inp
 
 // EmbedOptions control Embed.
 type EmbedOptions struct {
-	Truncate  bool
+	Truncate bool
+	// Left cuts a text over the maximum on the left, keeping its end (TEI's
+	// truncation_direction "left").
+	Left      bool
 	Normalize bool
 }
 
@@ -411,7 +422,8 @@ type EmbedOptions struct {
 // (Config.Traffic) when the model has one, else the default version. The vectors are the caller's, even those served from
 // the response cache.
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
-	return m.run(ctx, version, TaskEmbed, singles(texts), o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
+	a := answer{cut: tokenize.Options{Truncate: o.Truncate, Left: o.Left}, variant: o.Normalize}
+	return m.run(ctx, version, TaskEmbed, singles(texts), a, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
 		vec := Pool(m.Config.Pooling, t, e.Len())
 		if o.Normalize {
 			Normalize(vec)
@@ -423,6 +435,7 @@ func (m *Model) Embed(ctx context.Context, version string, texts []string, o Emb
 // ClassifyOptions control Classify.
 type ClassifyOptions struct {
 	Truncate bool
+	Left     bool // cut on the left, as EmbedOptions.Left; a pair keeps each text's end
 	Raw      bool // return logits instead of probabilities
 }
 
@@ -437,7 +450,8 @@ func (m *Model) Classify(ctx context.Context, version string, texts []string, o 
 // premise and hypothesis), as TEI's /predict takes them. A tokenizer that cannot join pairs
 // fails with tokenize.ErrNoPairs.
 func (m *Model) ClassifyPairs(ctx context.Context, version string, inputs []Input, o ClassifyOptions) ([][]float32, Stats, error) {
-	scores, st, err := m.run(ctx, version, TaskClassify, inputs, o.Truncate, o.Raw, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
+	a := answer{cut: tokenize.Options{Truncate: o.Truncate, Left: o.Left}, variant: o.Raw}
+	scores, st, err := m.run(ctx, version, TaskClassify, inputs, a, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
 		scores := slices.Clone(t.Data)
 		if !o.Raw {
 			Softmax(scores)

@@ -138,7 +138,8 @@ func FuzzParseConfig(f *testing.F) {
 	})
 }
 
-// fakeTokenizer gives one token per byte between [CLS]=1 and [SEP]=2.
+// fakeTokenizer gives one token per byte between [CLS]=1 and [SEP]=2, cut to its maximum
+// from the right or the left.
 type fakeTokenizer struct{ max int }
 
 func (f fakeTokenizer) Encode(texts []string, o tokenize.Options) ([]tokenize.Encoding, error) {
@@ -153,7 +154,11 @@ func (f fakeTokenizer) Encode(texts []string, o tokenize.Options) ([]tokenize.En
 			if !o.Truncate {
 				return nil, &tokenize.TooLongError{Index: i, Tokens: len(ids), Max: f.max}
 			}
-			ids = append(ids[:f.max-1], 2)
+			if o.Left {
+				ids = append([]int64{1}, ids[len(ids)-f.max+1:]...)
+			} else {
+				ids = append(ids[:f.max-1], 2)
+			}
 			out[i].Truncated = true
 		}
 		out[i].IDs, out[i].TypeIDs = ids, make([]int64, len(ids))
@@ -180,6 +185,25 @@ func (f fakeTokenizer) Tokens(text string, addSpecial bool) ([]tokenize.Token, e
 		out = append(out, tok)
 	}
 	return out, nil
+}
+
+// Decode is Encode's inverse: a byte per id, the special tokens [CLS]=1 and [SEP]=2 kept
+// as "[CLS]" and "[SEP]" unless skipSpecial.
+func (f fakeTokenizer) Decode(ids []int64, skipSpecial bool) (string, error) {
+	var b strings.Builder
+	for _, id := range ids {
+		switch {
+		case id < 0 || id > 255:
+			return "", &tokenize.UnknownIDError{ID: id, Vocab: 256}
+		case id == 1 || id == 2:
+			if !skipSpecial {
+				b.WriteString([]string{"", "[CLS]", "[SEP]"}[id])
+			}
+		default:
+			b.WriteByte(byte(id))
+		}
+	}
+	return b.String(), nil
 }
 
 func (f fakeTokenizer) MaxLength() int { return f.max }
@@ -405,5 +429,56 @@ func TestTokenizeAndDimension(t *testing.T) {
 	toks, _ = m.Tokenize([]string{"ab"}, false)
 	if !slices.Equal(toks[0], want[1:3]) {
 		t.Errorf("without special tokens: %+v", toks[0])
+	}
+}
+
+// TestEmbedAll checks the per-token vectors: one per token, special tokens included, padding
+// left out, cut on either side; and the refusals, of a pooled output and of another task.
+func TestEmbedAll(t *testing.T) {
+	emb := openModel(t, withCache(embedYAML, 1<<20), "cpu", false)
+	// fakeExec's token j of id x is (x, j): [CLS]=1, 'a', 'b', [SEP]=2.
+	got, st, err := emb.EmbedAll(t.Context(), "", []string{"ab", ""}, models.EmbedOptions{Truncate: true})
+	want := [][][]float32{{{1, 0}, {'a', 1}, {'b', 2}, {2, 3}}, {{1, 0}, {2, 1}}}
+	if err != nil || !slices.EqualFunc(got, want, func(a, b [][]float32) bool { return slices.EqualFunc(a, b, slices.Equal) }) {
+		t.Fatalf("got %v, %v; want %v", got, err, want)
+	}
+	if st.Tokens != 6 || st.CacheHits+st.CacheMisses != 0 {
+		t.Errorf("stats %+v: want 6 tokens and no cache use", st)
+	}
+	for _, tt := range []struct {
+		left  bool
+		first float32 // the id of the first text token kept
+	}{{false, 'a'}, {true, 'c'}} {
+		got, st, err := emb.EmbedAll(t.Context(), "", []string{"abcdefgh"}, models.EmbedOptions{Truncate: true, Left: tt.left})
+		if err != nil || len(got[0]) != 8 || got[0][1][0] != tt.first || st.Truncated != 1 {
+			t.Errorf("left %v: got %v, %v, truncated %d; want 8 tokens from %q", tt.left, got, err, st.Truncated, rune(tt.first))
+		}
+	}
+	// Lazy, so that its version, whose output fakeExec cannot give pooled, is never checked.
+	pooled := openModel(t, strings.Replace(embedYAML, "pooling: mean", "pooling: none\nload: lazy", 1), "cpu", false)
+	var pooledOnly *models.PooledOnlyError
+	if _, _, err := pooled.EmbedAll(t.Context(), "", []string{"a"}, models.EmbedOptions{}); !errors.As(err, &pooledOnly) || pooledOnly.Model != "emb" {
+		t.Errorf("pooled model: %v, want a PooledOnlyError", err)
+	}
+	cls := openModel(t, classifyYAML, "cpu", true)
+	var wrong *models.WrongTaskError
+	if _, _, err := cls.EmbedAll(t.Context(), "", []string{"a"}, models.EmbedOptions{}); !errors.As(err, &wrong) {
+		t.Errorf("classify model: %v, want a WrongTaskError", err)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	m := openModel(t, embedYAML, "cpu", false)
+	got, err := m.Decode([][]int64{{1, 'h', 'i', 2}, {}}, true)
+	if err != nil || !slices.Equal(got, []string{"hi", ""}) {
+		t.Errorf("got %q, %v", got, err)
+	}
+	got, _ = m.Decode([][]int64{{1, 'h', 'i', 2}}, false)
+	if !slices.Equal(got, []string{"[CLS]hi[SEP]"}) {
+		t.Errorf("with special tokens: %q", got)
+	}
+	var unknown *tokenize.UnknownIDError
+	if _, err := m.Decode([][]int64{{'a'}, {'b', 999}}, true); !errors.As(err, &unknown) || unknown.ID != 999 || !strings.Contains(err.Error(), "ids 1") {
+		t.Errorf("an unknown id: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/ortserve/ortserve/runtime"
+	"github.com/ortserve/ortserve/tokenize"
 )
 
 // Opening a model: its config, tokenizer and versions, each checked by a run before it serves.
@@ -144,7 +145,7 @@ func (m *Model) checkVersion(name string, exec Executor) error {
 		// token type 1, fails here.
 		in[0].Second, in[0].Pair = "a passage to score", true
 	}
-	encs, err := m.encode(in, true)
+	encs, err := m.encode(in, tokenize.Options{Truncate: true})
 	if err != nil {
 		return fmt.Errorf("models: %s: tokenizer: %w", m.Config.Name, err)
 	}

@@ -13,6 +13,8 @@ type RerankOptions struct {
 	// Truncate cuts a pair over the maximum length, the longer text first (HF's
 	// longest_first); when false such a pair is a *tokenize.TooLongError.
 	Truncate bool
+	// Left cuts on the left: each text of a cut pair keeps its end.
+	Left bool
 	// Raw returns the logit; by default its sigmoid, a score in (0, 1), as TEI's /rerank.
 	Raw bool
 }
@@ -27,7 +29,8 @@ func (m *Model) Rerank(ctx context.Context, version, query string, texts []strin
 	for i, t := range texts {
 		in[i] = Input{Text: query, Second: t, Pair: true}
 	}
-	rows, st, err := m.run(ctx, version, TaskRerank, in, o.Truncate, o.Raw, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
+	a := answer{cut: tokenize.Options{Truncate: o.Truncate, Left: o.Left}, variant: o.Raw}
+	rows, st, err := m.run(ctx, version, TaskRerank, in, a, func(t runtime.Tensor, _ tokenize.Encoding) []float32 {
 		s := t.Data[0]
 		if !o.Raw {
 			s = Sigmoid(s)

@@ -44,8 +44,12 @@ type EmbedRequest struct {
 	Inputs    Inputs `json:"inputs"`
 	Normalize *bool  `json:"normalize"` // default true, as TEI
 	Truncate  *bool  `json:"truncate"`  // default: the server's auto_truncate
-	Model     string `json:"model,omitempty"`
-	Version   string `json:"version,omitempty"`
+	// TruncationDirection is the side a text over the maximum is cut from: "right" (the
+	// default: it keeps its start) or "left" (it keeps its end), as TEI spells them
+	// (truncationLeft).
+	TruncationDirection string `json:"truncation_direction,omitempty"`
+	Model               string `json:"model,omitempty"`
+	Version             string `json:"version,omitempty"`
 }
 
 // PredictInputs is TEI's `inputs` for /predict: "text" (one input), ["a", "b"] (one pair),
@@ -106,8 +110,11 @@ type PredictRequest struct {
 	Inputs    PredictInputs `json:"inputs"`
 	RawScores bool          `json:"raw_scores"`
 	Truncate  *bool         `json:"truncate"`
-	Model     string        `json:"model,omitempty"`
-	Version   string        `json:"version,omitempty"`
+	// TruncationDirection is as EmbedRequest's; a pair cut on the left keeps the end of
+	// each of its texts.
+	TruncationDirection string `json:"truncation_direction,omitempty"`
+	Model               string `json:"model,omitempty"`
+	Version             string `json:"version,omitempty"`
 }
 
 // Prediction is one label's score, as TEI returns it.

@@ -15,7 +15,7 @@ import (
 // authExempt are the routes --auth-exempt may open to callers without a key, by the name
 // the flag takes.
 var authExempt = map[string][]string{
-	"health":  {"/health", "/v2/health/live", "/v2/health/ready"},
+	"health":  {"/health", "/ping", "/v2/health/live", "/v2/health/ready"},
 	"metrics": {"/metrics"},
 }
 

@@ -21,6 +21,11 @@ type Pipeline interface {
 	ClassifyPairs(ctx context.Context, version string, inputs []models.Input, o models.ClassifyOptions) ([][]float32, models.Stats, error)
 	// Rerank scores each text against query (a cross-encoder), in texts' order.
 	Rerank(ctx context.Context, version, query string, texts []string, o models.RerankOptions) ([]float32, models.Stats, error)
+	// EmbedAll is Embed before pooling: per text, one vector per token (/embed_all). A model
+	// whose output is already pooled fails with a *models.PooledOnlyError.
+	EmbedAll(ctx context.Context, version string, texts []string, o models.EmbedOptions) ([][][]float32, models.Stats, error)
+	// Decode turns lists of token ids back into texts with the model's tokenizer (/decode).
+	Decode(ids [][]int64, skipSpecial bool) ([]string, error)
 	// Dimension is the length of Embed's vectors (0: unknown).
 	Dimension() int
 	// Tokenize returns each text's tokens for display (/tokenize); the slices are the caller's.

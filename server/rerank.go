@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ortserve/ortserve/models"
@@ -61,7 +60,8 @@ type RerankRequest struct {
 	// Truncate cuts a pair over the model's maximum length, the longer text first (HF's
 	// longest_first); default: the server's auto_truncate.
 	Truncate *bool `json:"truncate"`
-	// TruncationDirection may be "right" (pairs are cut on the right only).
+	// TruncationDirection is as EmbedRequest's: "left" keeps the end of each text of a pair
+	// that is cut (HF's longest_first, from the start).
 	TruncationDirection string `json:"truncation_direction,omitempty"`
 	Model               string `json:"model,omitempty"`
 	Version             string `json:"version,omitempty"`
@@ -88,13 +88,8 @@ func (s *Server) answerRerank(w http.ResponseWriter, r *http.Request, req *Reran
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "query is required: the text to rank the texts against")
 		return
 	}
-	switch strings.ToLower(req.TruncationDirection) {
-	case "", "right":
-	case "left":
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not served: pairs are cut on the right; send \"right\" or leave it out", req.TruncationDirection))
-		return
-	default:
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not one of \"left\", \"right\"", req.TruncationDirection))
+	left, ok := s.truncationLeft(w, r, req.TruncationDirection)
+	if !ok {
 		return
 	}
 	truncate := s.truncate(req.Truncate)
@@ -108,7 +103,7 @@ func (s *Server) answerRerank(w http.ResponseWriter, r *http.Request, req *Reran
 		return
 	}
 	defer release()
-	scores, st, err := p.Rerank(r.Context(), req.Version, query, texts, models.RerankOptions{Truncate: truncate, Raw: req.RawScores})
+	scores, st, err := p.Rerank(r.Context(), req.Version, query, texts, models.RerankOptions{Truncate: truncate, Left: left, Raw: req.RawScores})
 	if err != nil {
 		s.fail(w, r, err)
 		return

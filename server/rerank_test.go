@@ -46,7 +46,7 @@ func TestRerank(t *testing.T) {
 		{"texts a string", `{"query":"a","texts":"b"}`, 422, "texts is a string: send a list of strings"},
 		{"a null text", `{"query":"a","texts":["b",null]}`, 422, "texts[1] is null, not a string"},
 		{"too many texts", `{"query":"a","texts":["a","b","c","d","e"]}`, 413, "5 texts is over the limit of 4"},
-		{"left truncation", `{"query":"a","texts":["a"],"truncation_direction":"left"}`, 422, "pairs are cut on the right"},
+		{"left truncation", `{"query":"a","texts":["a"],"truncation_direction":"left"}`, 200, `[{"index":0,"score":` + s1 + `}]`},
 		{"odd truncation", `{"query":"a","texts":["a"],"truncation_direction":"up"}`, 422, `not one of "left", "right"`},
 		{"unknown model", `{"query":"a","texts":["a"],"model":"nope"}`, 404, `unknown model "nope"`},
 		{"unknown version", `{"query":"a","texts":["a"],"version":"v9"}`, 404, "unknown version"},

@@ -101,7 +101,13 @@ func (s *Server) Handler() http.Handler {
 		r.With(s.admit("/embed")).Post("/embed", s.embed)
 		r.With(s.admit("/predict")).Post("/predict", s.predict)
 		r.With(s.admit("/rerank")).Post("/rerank", s.rerank)
-		r.With(s.admit("/")).Post("/", s.root) // TEI's route for its model: tei_root.go
+		r.With(s.admit("/")).Post("/", s.root)                       // TEI's route for its model: tei_root.go
+		r.With(s.admit("/embed_all")).Post("/embed_all", s.embedAll) // tei_more.go
+		r.With(s.admit("/similarity")).Post("/similarity", s.similarity)
+		r.With(s.admit("/decode")).Post("/decode", s.decodeIDs)
+		r.With(s.admit("/vertex")).Post("/vertex", s.vertex)         // vertex.go
+		r.With(s.admit("/invocations")).Post("/invocations", s.root) // SageMaker's POST /
+		r.Get("/ping", s.ping)                                       // SageMaker's /health
 		r.Post("/tokenize", s.tokenize)
 		r.Get("/openapi.json", s.openAPI)
 		if s.cfg.Metrics != nil {
@@ -260,7 +266,8 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 // the model's): checks, lookup, inference, answer.
 func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedRequest, dimensions *int, start time.Time) {
 	truncate := s.truncate(req.Truncate)
-	if !s.checkInputs(w, r, req.Inputs, truncate) {
+	left, ok := s.truncationLeft(w, r, req.TruncationDirection)
+	if !ok || !s.checkInputs(w, r, req.Inputs, truncate) {
 		return
 	}
 	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
@@ -273,7 +280,7 @@ func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedR
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, p.Dimension()))
 		return
 	}
-	opts := models.EmbedOptions{Truncate: truncate, Normalize: req.Normalize == nil || *req.Normalize}
+	opts := models.EmbedOptions{Truncate: truncate, Left: left, Normalize: req.Normalize == nil || *req.Normalize}
 	vecs, st, err := p.Embed(r.Context(), req.Version, req.Inputs, opts)
 	if err != nil {
 		s.fail(w, r, err)
@@ -291,6 +298,10 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	truncate := s.truncate(req.Truncate)
+	left, ok := s.truncationLeft(w, r, req.TruncationDirection)
+	if !ok {
+		return
+	}
 	inputs, ok := s.predictInputs(w, r, req.Inputs, truncate)
 	if !ok {
 		return
@@ -301,7 +312,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, inputs, models.ClassifyOptions{Truncate: truncate, Raw: req.RawScores})
+	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, inputs, models.ClassifyOptions{Truncate: truncate, Left: left, Raw: req.RawScores})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -370,6 +381,20 @@ func (s *Server) truncate(req *bool) bool {
 		return s.cfg.AutoTruncate
 	}
 	return *req
+}
+
+// truncationLeft reads a request's truncation_direction as TEI does ("left" or "Left",
+// "right" or "Right"; absent is right): whether a text over the maximum length is cut on the
+// left, keeping its end. On another value it has answered 422.
+func (s *Server) truncationLeft(w http.ResponseWriter, r *http.Request, dir string) (left, ok bool) {
+	switch dir {
+	case "", "right", "Right":
+		return false, true
+	case "left", "Left":
+		return true, true
+	}
+	writeParamError(w, r, http.StatusUnprocessableEntity, "Validation", "truncation_direction", fmt.Sprintf("truncation_direction %q is not one of \"left\", \"right\"", dir))
+	return false, false
 }
 
 // readBody checks r's Content-Type and reads its body, bounded by MaxBodyBytes; on failure
@@ -492,6 +517,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		wrongTask *models.WrongTaskError
 		overload  *runtime.OverloadError
 		load      *models.LoadError
+		pooled    *models.PooledOnlyError
+		unknownID *tokenize.UnknownIDError
 	)
 	switch {
 	case errors.As(err, &load):
@@ -520,6 +547,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			route = "/rerank or /v1/rerank"
 		}
 		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
+	case errors.As(err, &pooled):
+		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q gives pooled vectors only (its output %q is one vector per text), not one per token: use /embed", pooled.Model, pooled.Output))
+	case errors.As(err, &unknownID):
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("token id %d is not in the model's vocabulary (ids 0 to %d): send ids from /tokenize", unknownID.ID, unknownID.Vocab-1))
+	case errors.Is(err, tokenize.ErrNoLeft):
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "this model's tokenizer cannot cut texts on the left (its post_processor is not one ortserve reads): send \"truncation_direction\": \"right\"")
 	case errors.Is(err, tokenize.ErrNoPairs):
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "this model's tokenizer cannot join pairs of texts (its post_processor is not one ortserve reads): send single texts")
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:

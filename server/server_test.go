@@ -32,10 +32,11 @@ type fakeModel struct {
 	seen       []string
 	seenInputs []models.Input // ClassifyPairs'
 	query      string         // Rerank's
+	seenLeft   bool           // the last call's truncation side
 }
 
 func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error) {
-	f.seen = texts
+	f.seen, f.seenLeft = texts, o.Left
 	if f.err != nil {
 		return nil, models.Stats{}, f.err
 	}
@@ -70,7 +71,7 @@ func (f *fakeModel) Classify(_ context.Context, version string, texts []string, 
 // ClassifyPairs classifies as Classify, a pair's length being both texts'. It records the
 // inputs in seenInputs.
 func (f *fakeModel) ClassifyPairs(_ context.Context, version string, inputs []models.Input, o models.ClassifyOptions) ([][]float32, models.Stats, error) {
-	f.seenInputs = inputs
+	f.seenInputs, f.seenLeft = inputs, o.Left
 	if f.err != nil {
 		return nil, models.Stats{}, f.err
 	}
@@ -90,7 +91,7 @@ func (f *fakeModel) ClassifyPairs(_ context.Context, version string, inputs []mo
 // Rerank's logit for a text is its length, positive when it contains the query, else
 // negative; the score its sigmoid unless raw. Tokens are the texts' bytes.
 func (f *fakeModel) Rerank(_ context.Context, version, query string, texts []string, o models.RerankOptions) ([]float32, models.Stats, error) {
-	f.seen, f.query = texts, query
+	f.seen, f.query, f.seenLeft = texts, query, o.Left
 	if f.err != nil {
 		return nil, models.Stats{}, f.err
 	}
@@ -110,6 +111,44 @@ func (f *fakeModel) Rerank(_ context.Context, version, query string, texts []str
 		st.Tokens += len(query) + len(t)
 	}
 	return out, st, nil
+}
+
+// EmbedAll gives each text a token per byte, token j of byte c being [c, j].
+func (f *fakeModel) EmbedAll(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][][]float32, models.Stats, error) {
+	f.seen, f.seenLeft = texts, o.Left
+	if f.err != nil {
+		return nil, models.Stats{}, f.err
+	}
+	if f.task != models.TaskEmbed {
+		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
+	}
+	out := make([][][]float32, len(texts))
+	for i, t := range texts {
+		out[i] = [][]float32{}
+		for j := range len(t) {
+			out[i] = append(out[i], []float32{float32(t[j]), float32(j)})
+		}
+	}
+	return out, models.Stats{Version: "v1", Tokens: len(texts)}, nil
+}
+
+// Decode gives each id as the byte it is; ids past 255 are unknown.
+func (f *fakeModel) Decode(ids [][]int64, skipSpecial bool) ([]string, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := make([]string, len(ids))
+	for i, seq := range ids {
+		var b strings.Builder
+		for _, id := range seq {
+			if id > 255 {
+				return nil, &tokenize.UnknownIDError{ID: id, Vocab: 256}
+			}
+			b.WriteByte(byte(id))
+		}
+		out[i] = b.String()
+	}
+	return out, nil
 }
 
 func (f *fakeModel) Labels() []string { return []string{"negative", "positive"} }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/ortserve/ortserve/models"
@@ -39,10 +38,10 @@ type RootRequest struct {
 	// Truncate defaults to the server's auto_truncate.
 	Truncate *bool `json:"truncate,omitempty"`
 
-	// For embed models: Normalize defaults to true. TruncationDirection may be "right" (the
-	// served models cut on the right only); PromptName must be absent (the served models
-	// have no prompts); Dimensions, if set, must be the model's; EncodingFormat may be
-	// "float" (the route answers floats only).
+	// For embed models: Normalize defaults to true. TruncationDirection is /embed's (and
+	// /predict's for a classifier); PromptName must be absent (the served models have no
+	// prompts); Dimensions, if set, must be the model's; EncodingFormat may be "float" (the
+	// route answers floats only).
 	Normalize           *bool   `json:"normalize,omitempty"`
 	TruncationDirection string  `json:"truncation_direction,omitempty"`
 	PromptName          *string `json:"prompt_name,omitempty"`
@@ -153,27 +152,28 @@ func (s *Server) rootEmbed(w http.ResponseWriter, r *http.Request, req *RootRequ
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", err.Error())
 		return
 	}
-	er := EmbedRequest{Inputs: inputs, Normalize: req.Normalize, Truncate: req.Truncate, Model: model, Version: req.Version}
+	er := EmbedRequest{Inputs: inputs, Normalize: req.Normalize, Truncate: req.Truncate, TruncationDirection: req.TruncationDirection, Model: model, Version: req.Version}
 	s.answerEmbed(w, r, &er, req.Dimensions, start)
 }
 
 // checkEmbedFields refuses the embedding fields that ask for what the served models cannot
 // do, rather than ignore them and answer something else than was asked.
 func (req *RootRequest) checkEmbedFields() error {
-	switch strings.ToLower(req.TruncationDirection) {
-	case "", "right":
-	case "left":
-		return fmt.Errorf("truncation_direction %q is not served: inputs are cut on the right; send \"right\" or leave it out", req.TruncationDirection)
-	default:
-		return fmt.Errorf("truncation_direction %q is not one of \"left\", \"right\"", req.TruncationDirection)
-	}
-	if req.PromptName != nil {
-		return fmt.Errorf("prompt_name %q: the served models have no prompts: put the prompt in the text and leave prompt_name out", *req.PromptName)
+	if err := checkPromptName(req.PromptName); err != nil {
+		return err
 	}
 	switch req.EncodingFormat {
 	case "", "float":
 	default:
 		return fmt.Errorf("encoding_format %q is not served here: POST / answers floats (send \"float\" or leave it out; /v1/embeddings serves \"base64\")", req.EncodingFormat)
+	}
+	return nil
+}
+
+// checkPromptName refuses a prompt_name: the served models have no prompts.
+func checkPromptName(name *string) error {
+	if name != nil {
+		return fmt.Errorf("prompt_name %q: the served models have no prompts: put the prompt in the text and leave prompt_name out", *name)
 	}
 	return nil
 }
@@ -208,6 +208,10 @@ func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootR
 		}
 	}
 	truncate := s.truncate(req.Truncate)
+	left, ok := s.truncationLeft(w, r, req.TruncationDirection)
+	if !ok {
+		return
+	}
 	texts, ok := s.predictInputs(w, r, inputs, truncate)
 	if !ok {
 		return
@@ -218,7 +222,7 @@ func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootR
 		return
 	}
 	defer release()
-	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Raw: raw})
+	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, texts, models.ClassifyOptions{Truncate: truncate, Left: left, Raw: raw})
 	if err != nil {
 		s.fail(w, r, err)
 		return

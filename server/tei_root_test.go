@@ -77,7 +77,7 @@ func TestRoot(t *testing.T) {
 		{"rerank model named", fakeRepo{"emb": {task: models.TaskEmbed}, "rr": {task: models.TaskRerank}}, `{"model":"rr","query":"a","texts":["b","ab"]}`, 200, "", `[{"index":1,"score":`, "rr"},
 		{"rerank without a query", fakeRepo{"rr": {task: models.TaskRerank}}, `{"texts":["b"]}`, 422, "", `query is required`, ""},
 		{"too many", fakeRepo{"emb": {task: models.TaskEmbed}}, `{"inputs":["a","b","c","d","e"]}`, 413, "", `over the limit of 4`, ""},
-		{"left truncation", fakeRepo{"emb": {task: models.TaskEmbed}}, `{"inputs":"a","truncation_direction":"left"}`, 422, "", `inputs are cut on the right`, ""},
+		{"left truncation", fakeRepo{"emb": {task: models.TaskEmbed}}, `{"inputs":"a","truncation_direction":"left","normalize":false}`, 200, "", `[[1,1,0]]`, "emb"},
 		{"odd truncation", fakeRepo{"emb": {task: models.TaskEmbed}}, `{"inputs":"a","truncation_direction":"middle"}`, 422, "", `not one of`, ""},
 		{"prompt_name", fakeRepo{"emb": {task: models.TaskEmbed}}, `{"inputs":"a","prompt_name":"query"}`, 422, "", `have no prompts`, ""},
 		{"dimensions", fakeRepo{"emb": {task: models.TaskEmbed}}, `{"inputs":"a","dimensions":2}`, 422, "", `cannot be shortened`, ""},

@@ -269,17 +269,38 @@ func CutPair(la, lb, maxLen int) (int, int) {
 // pair has uncut; the encoding is Truncated when full > maxLen. The encoding does not share
 // memory with a or b.
 func (t *Template) EncodePair(a, b []int64, maxLen int) (e Encoding, full int) {
-	added := t.Added(true)
+	return t.Join([][]int64{a, b}, maxLen, false)
+}
+
+// Join is EncodePair for one text or two (texts holds their ids, encoded without special
+// tokens), cut from either end: left keeps each text's last tokens rather than its first, as
+// HF tokenizers' TruncationDirection::Left does. A single text is cut to what the single
+// template leaves of maxLen, a pair as CutPair says; the single or pair template then places
+// the special tokens. full is the length uncut. The encoding does not share memory with texts.
+func (t *Template) Join(texts [][]int64, maxLen int, left bool) (e Encoding, full int) {
+	pair := len(texts) == 2
+	pieces := t.single
+	if pair {
+		pieces = t.pair
+	}
+	a, b := texts[0], []int64(nil)
+	if pair {
+		b = texts[1]
+	}
+	added := t.Added(pair)
 	full = len(a) + len(b) + added
 	if full > maxLen {
-		na, nb := CutPair(len(a), len(b), maxLen-added)
-		a, b = a[:na], b[:nb]
+		na, nb := max(0, maxLen-added), 0
+		if pair {
+			na, nb = CutPair(len(a), len(b), maxLen-added)
+		}
+		a, b = keep(a, na, left), keep(b, nb, left)
 		e.Truncated = true
 	}
 	n := len(a) + len(b) + added
 	buf := make([]int64, 2*n) // one allocation for both
 	e.IDs, e.TypeIDs = buf[:0:n], buf[n:n]
-	for _, p := range t.pair {
+	for _, p := range pieces {
 		ids := p.ids
 		switch p.seq {
 		case 0:
@@ -293,6 +314,15 @@ func (t *Template) EncodePair(a, b []int64, maxLen int) (e Encoding, full int) {
 		}
 	}
 	return e, full
+}
+
+// keep is ids cut to its first n, or with left its last n.
+func keep(ids []int64, n int, left bool) []int64 {
+	n = min(n, len(ids))
+	if left {
+		return ids[len(ids)-n:]
+	}
+	return ids[:n]
 }
 
 // PairTokens is EncodePair for display: a and b are the two texts' tokens without special

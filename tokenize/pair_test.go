@@ -177,6 +177,42 @@ func TestParseTemplate(t *testing.T) {
 	}
 }
 
+// TestJoinLeft checks texts cut on the left, as HF tokenizers' TruncationDirection::Left cuts
+// them: each text keeps its last tokens (a pair's lengths are CutPair's either way), and the
+// special tokens go around what is kept.
+func TestJoinLeft(t *testing.T) {
+	tmpl, err := tokenize.ParseTemplate([]byte(bertTemplateJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one2six := []int64{2028, 2048, 2093, 2176, 2274, 2416}
+	tests := []struct {
+		name       string
+		texts      [][]int64
+		max        int
+		left       bool
+		ids, types []int64
+		full       int
+	}{
+		{"single fits", [][]int64{{7592}}, 8, true, []int64{101, 7592, 102}, []int64{0, 0, 0}, 3},
+		{"single cut on the left", [][]int64{one2six}, 5, true, []int64{101, 2176, 2274, 2416, 102}, []int64{0, 0, 0, 0, 0}, 8},
+		{"single cut on the right", [][]int64{one2six}, 5, false, []int64{101, 2028, 2048, 2093, 102}, []int64{0, 0, 0, 0, 0}, 8},
+		{"single, only special tokens fit", [][]int64{one2six}, 2, true, []int64{101, 102}, []int64{0, 0}, 8},
+		{"pair cut on the left", [][]int64{one2six, {6541, 8247}}, 8, true,
+			[]int64{101, 2176, 2274, 2416, 102, 6541, 8247, 102}, []int64{0, 0, 0, 0, 0, 1, 1, 1}, 11},
+		{"pair, both cut on the left", [][]int64{one2six[:4], one2six[2:]}, 9, true,
+			[]int64{101, 2048, 2093, 2176, 102, 2176, 2274, 2416, 102}, []int64{0, 0, 0, 0, 0, 1, 1, 1, 1}, 11},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, full := tmpl.Join(tt.texts, tt.max, tt.left)
+			if !slices.Equal(e.IDs, tt.ids) || !slices.Equal(e.TypeIDs, tt.types) || full != tt.full || e.Truncated != (tt.full > tt.max) {
+				t.Errorf("got %v %v full=%d truncated=%v\nwant %v %v full=%d", e.IDs, e.TypeIDs, full, e.Truncated, tt.ids, tt.types, tt.full)
+			}
+		})
+	}
+}
+
 func FuzzParseTemplate(f *testing.F) {
 	f.Add([]byte(bertTemplateJSON))
 	f.Add([]byte(`{"post_processor": {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0]}}`))

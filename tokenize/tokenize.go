@@ -16,6 +16,21 @@ var ErrTooLong = errors.New("tokenize: input longer than the model's maximum")
 // can read (ParseTemplate's error says why).
 var ErrNoPairs = errors.New("tokenize: the tokenizer cannot join pairs of texts")
 
+// ErrNoLeft is returned by Encode when asked to cut a text on the left and the tokenizer has
+// no template this package can read (ParseTemplate's error says why): its special tokens
+// cannot be placed around a text cut here.
+var ErrNoLeft = errors.New("tokenize: the tokenizer cannot cut texts on the left")
+
+// UnknownIDError says a token id given to Decode is not in the vocabulary.
+type UnknownIDError struct {
+	ID    int64
+	Vocab int // the ids run from 0 to Vocab-1
+}
+
+func (e *UnknownIDError) Error() string {
+	return fmt.Sprintf("tokenize: token id %d is not in the vocabulary (ids 0 to %d)", e.ID, e.Vocab-1)
+}
+
 // TooLongError says which input was too long and by how much. It wraps ErrTooLong.
 type TooLongError struct {
 	Index  int // position of the input in the request
@@ -48,6 +63,9 @@ type Options struct {
 	// Truncate cuts texts to the maximum length; when false a longer text is an error
 	// (*TooLongError).
 	Truncate bool
+	// Left cuts a text's first tokens rather than its last, keeping its end (TEI's
+	// truncation_direction "left"); a pair keeps the end of each of its texts.
+	Left bool
 }
 
 // Token is one token of a text as a person reads it: what /tokenize shows.
@@ -78,6 +96,9 @@ type Tokenizer interface {
 	// Tokens encodes one text for display, with or without the special tokens, cut at the
 	// maximum length as Encode with Truncate does. The slice belongs to the caller.
 	Tokens(text string, addSpecial bool) ([]Token, error)
+	// Decode turns token ids back into text, without the special tokens when skipSpecial. An
+	// id outside the vocabulary is an *UnknownIDError.
+	Decode(ids []int64, skipSpecial bool) (string, error)
 	// MaxLength is the most tokens one encoding may have.
 	MaxLength() int
 	// Close releases native resources; no Encode may be running or start after it.

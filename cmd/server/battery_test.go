@@ -101,6 +101,13 @@ func batteryRoutes() []batteryRoute {
 		// by default, the classifier's when the body names it.
 		{"/", kEmbed, "", tei},
 		{"/", kPredict, "sentiment: ", func(texts string) string { return `{"model":"sentiment","inputs":` + texts + `}` }},
+		// TEI's other routes that take texts answer a malformation as /embed does.
+		{"/embed_all", kEmbed, "", tei},
+		{"/invocations", kEmbed, "", tei},
+		{"/similarity", kEmbed, "", func(texts string) string {
+			return `{"inputs":{"source_sentence":"hello","sentences":` + texts + `}}`
+		}},
+		{"/vertex", kEmbed, "", func(texts string) string { return `{"instances":[{"inputs":` + texts + `}]}` }},
 	}
 }
 
@@ -260,7 +267,7 @@ func batteryCases() []badRequest {
 	for _, p := range []string{"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/minilm/versions/nosuch", "/v2/models/minilm/versions/nosuch/ready", "/v2/models/minilm/versions/"} {
 		cases = append(cases, badRequest{name: "unknown model or version", method: http.MethodGet, path: p, want: 404})
 	}
-	for _, p := range []string{"/health", "/info", "/metrics", "/openapi.json", "/v2/health/live", "/v2/health/ready", "/v2/models/minilm", "/v2/models/minilm/ready"} {
+	for _, p := range []string{"/health", "/ping", "/info", "/metrics", "/openapi.json", "/v2/health/live", "/v2/health/ready", "/v2/models/minilm", "/v2/models/minilm/ready"} {
 		add("POST to a GET route", p, `{}`, 405)
 	}
 
@@ -316,7 +323,7 @@ func batteryCases() []badRequest {
 		name, fields string
 		want         int
 	}{
-		{"truncation_direction left", `"truncation_direction":"left"`, 422},
+		{"truncation_direction LEFT", `"truncation_direction":"LEFT"`, 422},
 		{"truncation_direction up", `"truncation_direction":"up"`, 422},
 		{"prompt_name", `"prompt_name":"query"`, 422},
 		{"prompt_name a number", `"prompt_name":1`, 422},
@@ -345,6 +352,44 @@ func batteryCases() []badRequest {
 	// tokenizer's pair template.
 	for _, in := range []string{`["a","b","c"]`, `[["a"],[]]`} {
 		add("root sentiment inputs "+in, "/", `{"model":"sentiment","inputs":`+in+`}`, 422)
+	}
+
+	// The routes TEI added past /embed: truncation_direction, /decode's ids, /vertex's
+	// instances, /embed_all on a model without per-token outputs.
+	for _, path := range []string{"/embed", "/predict", "/embed_all", "/invocations"} {
+		add("truncation_direction up", path, `{"inputs":"hello","truncation_direction":"up"}`, 422)
+		add("truncation_direction a number", path, `{"inputs":"hello","truncation_direction":1}`, 422)
+		add("truncation_direction left, too long", path, `{"inputs":"`+long+`","truncate":false,"truncation_direction":"left"}`, 413)
+	}
+	add("rerank truncation_direction up", "/rerank", `{"query":"a","texts":["b"],"truncation_direction":"up"}`, 422)
+	add("similarity truncation_direction up", "/similarity", `{"inputs":{"source_sentence":"a","sentences":["b"]},"parameters":{"truncation_direction":"up"}}`, 422)
+	add("similarity no source_sentence", "/similarity", `{"inputs":{"sentences":["b"]}}`, 422)
+	add("similarity inputs a string", "/similarity", `{"inputs":"hello"}`, 422)
+	add("similarity parameters a string", "/similarity", `{"inputs":{"source_sentence":"a","sentences":["b"]},"parameters":"x"}`, 422)
+	add("similarity on the classifier", "/similarity", `{"inputs":{"source_sentence":"a","sentences":["b"]},"model":"sentiment"}`, 400)
+	add("embed_all on the classifier", "/embed_all", `{"inputs":"hello","model":"sentiment"}`, 400)
+	for _, tc := range []struct{ name, body string }{
+		{"no ids", `{}`}, {"ids null", `{"ids":null}`}, {"ids a string", `{"ids":"101"}`}, {"ids negative", `{"ids":[-1]}`},
+		{"ids a float", `{"ids":[1.5]}`}, {"ids past uint32", `{"ids":[4294967296]}`}, {"ids mixed", `{"ids":[[1],2]}`},
+		{"ids a null list", `{"ids":[[1],null]}`}, {"ids nested too deep", `{"ids":[[[1]]]}`}, {"id past the vocabulary", `{"ids":[999999]}`},
+		{"skip_special_tokens a string", `{"ids":[101],"skip_special_tokens":"no"}`},
+	} {
+		add("decode "+tc.name, "/decode", tc.body, 422)
+	}
+	add("decode model nosuch", "/decode", `{"ids":[101],"model":"nosuch"}`, 404)
+	add("decode over --max-inputs", "/decode", `{"ids":[`+strings.Repeat(`[1],`, batteryMaxInputs)+`[1]]}`, 413)
+	for _, tc := range []struct {
+		name, body string
+		want       int
+	}{
+		{"instances missing", `{}`, 422}, {"instances empty", `{"instances":[]}`, 422}, {"instances an object", `{"instances":{}}`, 422},
+		{"an instance a string", `{"instances":["hello"]}`, 422}, {"an instance null", `{"instances":[null]}`, 422},
+		{"a bad second instance", `{"instances":[{"inputs":"a"},{"inputs":[]}]}`, 422},
+		{"a rerank instance without texts", `{"instances":[{"query":"a","texts":[]}]}`, 422},
+		{"an instance on an unknown model", `{"instances":[{"inputs":"a","model":"nosuch"}]}`, 404},
+		{"instances over --max-inputs", `{"instances":[` + strings.Repeat(`{"inputs":"a"},`, batteryMaxInputs) + `{"inputs":"a"}]}`, 413},
+	} {
+		add("vertex "+tc.name, "/vertex", tc.body, tc.want)
 	}
 
 	// OpenAI.

@@ -25,15 +25,18 @@ type Tokenizer struct {
 	trunc, full *tokenizers.Tokenizer
 	// pair joins pairs of texts (EncodePairs); nil when the post_processor is not one this
 	// package can read, and pairErr says why: an embedder needs no pairs, so Load still works.
+	// It also places the special tokens around a text cut on the left (Options.Left).
 	pair    *tokenize.Template
 	pairErr error
+	vocab   int // ids run from 0 to vocab-1, added tokens included
 }
 
 var _ tokenize.Tokenizer = (*Tokenizer)(nil)
 
 // Load reads a tokenizer.json and prepares it for inputs of at most maxLen tokens.
 // The file's own padding and truncation settings are replaced: padding happens per batch
-// (tokenize.Pad), truncation at maxLen, from the right, as sentence-transformers does.
+// (tokenize.Pad), truncation at maxLen, from the right as sentence-transformers does (or from
+// the left when a request asks: Options.Left).
 func Load(path string, maxLen int) (*Tokenizer, error) {
 	if maxLen < 2 {
 		return nil, fmt.Errorf("hf: max length %d is too small", maxLen)
@@ -63,7 +66,7 @@ func Load(path string, maxLen int) (*Tokenizer, error) {
 		return nil, fmt.Errorf("hf: %s: %w", path, err)
 	}
 	pair, pairErr := tokenize.ParsePostProcessor(doc["post_processor"])
-	return &Tokenizer{maxLen: maxLen, trunc: trunc, full: full, pair: pair, pairErr: pairErr}, nil
+	return &Tokenizer{maxLen: maxLen, trunc: trunc, full: full, pair: pair, pairErr: pairErr, vocab: int(full.VocabSize())}, nil
 }
 
 // appendDoc appends doc as one JSON object, its keys sorted. Its values are as Unmarshal
@@ -86,10 +89,23 @@ func appendDoc(b []byte, doc map[string]json.RawMessage) []byte {
 func (t *Tokenizer) MaxLength() int { return t.maxLen }
 
 // Encode encodes each text with special tokens, cutting or refusing texts over the maximum.
+// A text cut on the left (opts.Left) is encoded without special tokens by the non-truncating
+// tokenizer, then cut and given them in Go (tokenize.Template.Join), as pairs are.
 func (t *Tokenizer) Encode(texts []string, opts tokenize.Options) ([]tokenize.Encoding, error) {
+	if opts.Left && t.pair == nil {
+		return nil, fmt.Errorf("hf: %w: %w", tokenize.ErrNoLeft, t.pairErr)
+	}
 	out := make([]tokenize.Encoding, len(texts))
 	for i, text := range texts {
 		text = dropNUL(text)
+		if opts.Left {
+			e, full := t.pair.Join([][]int64{t.bare(text)}, t.maxLen, true)
+			if e.Truncated && !opts.Truncate {
+				return nil, &tokenize.TooLongError{Index: i, Tokens: full, Max: t.maxLen}
+			}
+			out[i] = e
+			continue
+		}
 		e := encode(t.trunc, text)
 		if len(e.IDs) >= t.maxLen {
 			if ids, _ := t.full.Encode(text, true); len(ids) > t.maxLen {
@@ -105,6 +121,18 @@ func (t *Tokenizer) Encode(texts []string, opts tokenize.Options) ([]tokenize.En
 	return out, nil
 }
 
+// Decode turns ids back into text with the tokenizer's decoder, as HF's tokenizer.decode.
+func (t *Tokenizer) Decode(ids []int64, skipSpecial bool) (string, error) {
+	u := make([]uint32, len(ids))
+	for i, id := range ids {
+		if id < 0 || id >= int64(t.vocab) {
+			return "", &tokenize.UnknownIDError{ID: id, Vocab: t.vocab}
+		}
+		u[i] = uint32(id)
+	}
+	return t.full.Decode(u, skipSpecial), nil
+}
+
 // dropNUL removes NUL bytes. The Rust side takes C strings: a NUL would silently end the text
 // there. BERT-style normalizers drop control characters anyway, so dropping NUL changes
 // nothing else.
@@ -117,7 +145,7 @@ func dropNUL(text string) string {
 
 // EncodePairs encodes each pair as HF tokenizers encodes tokenizer(a, b, truncation=True,
 // max_length=MaxLength()): each text without special tokens by the non-truncating
-// tokenizer, then cut and joined in Go (tokenize.Template.EncodePair).
+// tokenizer, then cut (from the side opts says) and joined in Go (tokenize.Template.Join).
 func (t *Tokenizer) EncodePairs(pairs []tokenize.Pair, opts tokenize.Options) ([]tokenize.Encoding, error) {
 	if t.pair == nil {
 		return nil, fmt.Errorf("hf: %w: %w", tokenize.ErrNoPairs, t.pairErr)
@@ -131,7 +159,7 @@ func (t *Tokenizer) EncodePairs(pairs []tokenize.Pair, opts tokenize.Options) ([
 		if aIDs == nil || p.A != lastA {
 			lastA, aIDs = p.A, t.bare(p.A)
 		}
-		e, full := t.pair.EncodePair(aIDs, t.bare(p.B), t.maxLen)
+		e, full := t.pair.Join([][]int64{aIDs, t.bare(p.B)}, t.maxLen, opts.Left)
 		if e.Truncated && !opts.Truncate {
 			return nil, &tokenize.TooLongError{Index: i, Tokens: full, Max: t.maxLen}
 		}

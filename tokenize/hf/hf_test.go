@@ -14,6 +14,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/daulet/tokenizers"
+
 	"github.com/ortserve/ortserve/tokenize"
 	"github.com/ortserve/ortserve/tokenize/hf"
 )
@@ -304,5 +306,96 @@ func BenchmarkLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 		tok.Close()
+	}
+}
+
+// TestEncodeLeft holds texts cut on the left, which Encode cuts and joins in Go, to what the
+// Rust library gives when it cuts them itself with TruncationDirection::Left.
+func TestEncodeLeft(t *testing.T) {
+	var texts []string
+	readJSON(t, filepath.Join(goldenDir, "texts.json"), &texts)
+	data, err := os.ReadFile(tokenizerPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["padding"] = json.RawMessage("null")
+	edited, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, maxLen := range []int{5, 16, 128} {
+		ref, err := tokenizers.FromBytesWithTruncation(edited, uint32(maxLen), tokenizers.TruncationDirectionLeft)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Close()
+		tok, err := hf.Load(tokenizerPath(t), maxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tok.Close()
+		encs, err := tok.Encode(texts, tokenize.Options{Truncate: true, Left: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := 0
+		for i, text := range texts {
+			want := ref.EncodeWithOptions(text, true, tokenizers.WithReturnTypeIDs())
+			if !slices.Equal(encs[i].IDs, toInt64(want.IDs)) || !slices.Equal(encs[i].TypeIDs, toInt64(want.TypeIDs)) {
+				t.Errorf("max %d, text %d: got %v %v, want %v %v", maxLen, i, encs[i].IDs, encs[i].TypeIDs, want.IDs, want.TypeIDs)
+			}
+			if encs[i].Truncated {
+				cut++
+			}
+		}
+		if maxLen == 5 && cut == 0 {
+			t.Errorf("max %d: no text was cut, so the test checks no cut", maxLen)
+		}
+		if _, err := tok.Encode(texts, tokenize.Options{Left: true}); maxLen == 5 && !errors.Is(err, tokenize.ErrTooLong) {
+			t.Errorf("max %d without truncate: %v, want a TooLongError", maxLen, err)
+		}
+	}
+}
+
+func toInt64(ids []uint32) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// TestDecode checks Decode against the texts Encode came from (minilm lower-cases them), with
+// and without the special tokens, and refuses ids outside the vocabulary.
+func TestDecode(t *testing.T) {
+	tok, err := hf.Load(tokenizerPath(t), 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	encs, err := tok.Encode([]string{"Hello, World!"}, tokenize.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		skip bool
+		want string
+	}{{true, "hello, world!"}, {false, "[CLS] hello, world! [SEP]"}} {
+		if got, err := tok.Decode(encs[0].IDs, tt.skip); got != tt.want || err != nil {
+			t.Errorf("Decode(skip %v) = %q, %v; want %q", tt.skip, got, err, tt.want)
+		}
+	}
+	if got, err := tok.Decode(nil, true); got != "" || err != nil {
+		t.Errorf("Decode(nil) = %q, %v", got, err)
+	}
+	var unknown *tokenize.UnknownIDError
+	for _, id := range []int64{-1, 30522, 1 << 40} {
+		if _, err := tok.Decode([]int64{101, id}, true); !errors.As(err, &unknown) || unknown.ID != id {
+			t.Errorf("Decode of id %d: %v, want an UnknownIDError", id, err)
+		}
 	}
 }
