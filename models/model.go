@@ -405,19 +405,55 @@ func (m *Model) run(ctx context.Context, version string, task Task, inputs []Inp
 type EmbedOptions struct {
 	Truncate  bool
 	Normalize bool
+	// Prompt names the prompt (Config.Prompts) put before each text, as sentence-transformers
+	// and TEI put it: the text tokenized, truncated and cached is the prompt and the text
+	// joined. "" is the model's DefaultPrompt; else FallbackPrompt (the server's default)
+	// when the model has a prompt of that name; else none.
+	Prompt, FallbackPrompt string
+	// Dimensions, when over 0, cuts each vector to its first Dimensions values, normalized
+	// again when Normalize (a Matryoshka model's shorter embedding).
+	Dimensions int
 }
 
 // Embed returns one vector per text, computed by version; "" is the traffic split
-// (Config.Traffic) when the model has one, else the default version. The vectors are the caller's, even those served from
-// the response cache.
+// (Config.Traffic) when the model has one, else the default version. The vectors are the
+// caller's, even those served from the response cache. A prompt or dimensions the model
+// cannot serve is an *OptionError.
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
-	return m.run(ctx, version, TaskEmbed, singles(texts), o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
+	if m.Config.Task == TaskEmbed { // else run says the task is wrong
+		prompt, err := m.prompt(o.Prompt, o.FallbackPrompt)
+		if err != nil {
+			return nil, Stats{}, err
+		}
+		if o.Dimensions > 0 {
+			if err := m.checkDimensions(o.Dimensions, m.Dimension()); err != nil {
+				return nil, Stats{}, err
+			}
+		}
+		if prompt != "" {
+			prompted := make([]string, len(texts))
+			for i, t := range texts {
+				prompted[i] = prompt + t
+			}
+			texts = prompted
+		}
+	}
+	vecs, st, err := m.run(ctx, version, TaskEmbed, singles(texts), o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
 		vec := Pool(m.Config.Pooling, t, e.Len())
 		if o.Normalize {
 			Normalize(vec)
 		}
 		return vec
 	})
+	if err != nil || o.Dimensions <= 0 || len(vecs) == 0 {
+		return vecs, st, err
+	}
+	// The width is known once a version has run: check again against the vectors' own.
+	if err := m.checkDimensions(o.Dimensions, len(vecs[0])); err != nil {
+		return nil, st, err
+	}
+	shorten(vecs, o.Dimensions, o.Normalize)
+	return vecs, st, nil
 }
 
 // ClassifyOptions control Classify.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/ortserve/ortserve/models"
@@ -39,15 +38,13 @@ type RootRequest struct {
 	// Truncate defaults to the server's auto_truncate.
 	Truncate *bool `json:"truncate,omitempty"`
 
-	// For embed models: Normalize defaults to true. TruncationDirection may be "right" (the
-	// served models cut on the right only); PromptName must be absent (the served models
-	// have no prompts); Dimensions, if set, must be the model's; EncodingFormat may be
-	// "float" (the route answers floats only).
-	Normalize           *bool   `json:"normalize,omitempty"`
-	TruncationDirection string  `json:"truncation_direction,omitempty"`
-	PromptName          *string `json:"prompt_name,omitempty"`
-	Dimensions          *int    `json:"dimensions,omitempty"`
-	EncodingFormat      string  `json:"encoding_format,omitempty"`
+	// For embed models, as /embed's (EmbedRequest); EncodingFormat may be "float" (the
+	// route answers floats only).
+	Normalize           *bool  `json:"normalize,omitempty"`
+	TruncationDirection string `json:"truncation_direction,omitempty"`
+	PromptName          string `json:"prompt_name,omitempty"`
+	Dimensions          *int   `json:"dimensions,omitempty"`
+	EncodingFormat      string `json:"encoding_format,omitempty"`
 
 	// For classify models: RawScores as /predict's. Parameters, when present (even empty),
 	// asks for the Inference API's text-classification answer: a list of predictions per
@@ -149,33 +146,15 @@ func (s *Server) rootEmbed(w http.ResponseWriter, r *http.Request, req *RootRequ
 		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is an embed model, and top_k and function_to_apply are text classification's: name a classify model in \"model\", or leave them out", model))
 		return
 	}
-	if err := req.checkEmbedFields(); err != nil {
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", err.Error())
+	if f := req.EncodingFormat; f != "" && f != "float" {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("encoding_format %q is not served here: POST / answers floats (send \"float\" or leave it out; /v1/embeddings serves \"base64\")", f))
 		return
 	}
-	er := EmbedRequest{Inputs: inputs, Normalize: req.Normalize, Truncate: req.Truncate, Model: model, Version: req.Version}
-	s.answerEmbed(w, r, &er, req.Dimensions, start)
-}
-
-// checkEmbedFields refuses the embedding fields that ask for what the served models cannot
-// do, rather than ignore them and answer something else than was asked.
-func (req *RootRequest) checkEmbedFields() error {
-	switch strings.ToLower(req.TruncationDirection) {
-	case "", "right":
-	case "left":
-		return fmt.Errorf("truncation_direction %q is not served: inputs are cut on the right; send \"right\" or leave it out", req.TruncationDirection)
-	default:
-		return fmt.Errorf("truncation_direction %q is not one of \"left\", \"right\"", req.TruncationDirection)
+	er := EmbedRequest{
+		Inputs: inputs, Normalize: req.Normalize, Truncate: req.Truncate, Model: model, Version: req.Version,
+		TruncationDirection: req.TruncationDirection, PromptName: req.PromptName, Dimensions: req.Dimensions,
 	}
-	if req.PromptName != nil {
-		return fmt.Errorf("prompt_name %q: the served models have no prompts: put the prompt in the text and leave prompt_name out", *req.PromptName)
-	}
-	switch req.EncodingFormat {
-	case "", "float":
-	default:
-		return fmt.Errorf("encoding_format %q is not served here: POST / answers floats (send \"float\" or leave it out; /v1/embeddings serves \"base64\")", req.EncodingFormat)
-	}
-	return nil
+	s.answerEmbed(w, r, &er, start)
 }
 
 func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootRequest, model string, start time.Time) {
