@@ -32,8 +32,8 @@ type fakeModel struct {
 	err        error
 	seen       []string
 	seenOpts   models.EmbedOptions // Embed's
-	seenInputs []models.Input // ClassifyPairs'
-	query      string         // Rerank's
+	seenInputs []models.Input      // ClassifyPairs'
+	query      string              // Rerank's
 }
 
 // Embed has one prompt, "query", which adds nothing to the text; any other is refused, as
