@@ -10,9 +10,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -63,6 +65,17 @@ type Config struct {
 	Pooling   Pooling  `yaml:"pooling,omitempty"`   // embed only
 	Normalize bool     `yaml:"normalize,omitempty"` // embed only: L2-normalize by default
 	Labels    []string `yaml:"labels,omitempty"`    // classify only, in logit order
+	// Prompts, embed only, are texts a request may ask to put before each input by name
+	// (prompt_name), as sentence-transformers' prompts: {query: "query: "}. The model
+	// folder's config_sentence_transformers.json adds its own; model.yaml's win.
+	Prompts map[string]string `yaml:"prompts,omitempty"`
+	// DefaultPrompt names the prompt of a request that names none; "": the
+	// config_sentence_transformers.json's default_prompt_name, else the server's
+	// --default-prompt-name when the model has that prompt, else none.
+	DefaultPrompt string `yaml:"default_prompt,omitempty"`
+	// Dimensions, embed only, are the lengths a request may cut the vectors to (Matryoshka
+	// "dimensions"); empty: any from 1 to the model's width.
+	Dimensions []int `yaml:"dimensions,omitempty"`
 
 	DefaultVersion string                   `yaml:"default_version"`
 	Versions       map[string]VersionConfig `yaml:"versions"`
@@ -183,15 +196,22 @@ func (v VersionConfig) RunsOn(device string) bool {
 	return len(v.Devices) == 0 || slices.Contains(v.Devices, device)
 }
 
-// ReadConfig reads and validates dir/model.yaml. Unknown keys are errors, so that a typo
-// does not silently fall back to a default.
+// ReadConfig reads and validates dir/model.yaml, with the prompts of dir's
+// config_sentence_transformers.json that it does not name itself. Unknown keys are errors,
+// so that a typo does not silently fall back to a default.
 func ReadConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, ConfigFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("models: %w", err)
 	}
-	c, err := ParseConfig(data)
+	c, err := decodeConfig(data)
+	if err == nil {
+		err = c.addSTPrompts(dir, nil)
+	}
+	if err == nil {
+		err = c.Validate()
+	}
 	if err != nil {
 		return Config{}, fmt.Errorf("models: %s: %w", path, err)
 	}
@@ -200,13 +220,19 @@ func ReadConfig(dir string) (Config, error) {
 
 // ParseConfig parses and validates a model.yaml document.
 func ParseConfig(data []byte) (Config, error) {
-	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	c, err := decodeConfig(data)
+	if err != nil {
 		return Config{}, err
 	}
 	return c, c.Validate()
+}
+
+func decodeConfig(data []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(&c)
+	return c, err
 }
 
 // Validate checks a config for mistakes a user can fix; the error says which and how.
@@ -233,6 +259,15 @@ func (c Config) Validate() error {
 		if len(c.Labels) > 0 {
 			bad("labels are for classify models")
 		}
+		if _, ok := c.Prompts[c.DefaultPrompt]; c.DefaultPrompt != "" && !ok {
+			bad("default_prompt %q is not one of the prompts (%s)", c.DefaultPrompt, strings.Join(slices.Sorted(maps.Keys(c.Prompts)), ", "))
+		}
+		for _, d := range c.Dimensions {
+			if d < 1 {
+				bad("dimensions %v: each must be at least 1", c.Dimensions)
+				break
+			}
+		}
 	case TaskClassify:
 		if len(c.Labels) < 2 {
 			bad("a classify model needs at least two labels")
@@ -253,6 +288,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("task %q: use embed, classify or rerank", c.Task)
+	}
+	if c.Task != TaskEmbed && (len(c.Prompts) > 0 || c.DefaultPrompt != "" || len(c.Dimensions) > 0) {
+		bad("prompts, default_prompt and dimensions are for embed models")
 	}
 	if len(c.Versions) == 0 {
 		bad("no versions")

@@ -251,6 +251,9 @@ func InferConfig(dir string, o InferOptions) (*Inference, error) {
 		}
 	}
 	out := outs[slices.IndexFunc(outs, func(v onnx.IOInfo) bool { return v.Name == c.Output })]
+	if err := c.addSTPrompts(base, inf.because); err != nil {
+		return nil, fail("%v", err)
+	}
 
 	if err := inferMaxLength(inf, base, hc); err != nil {
 		return nil, fail("%v", err)

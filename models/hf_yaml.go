@@ -32,6 +32,12 @@ func (inf *Inference) YAML() []byte {
 	if c.Task == TaskEmbed {
 		add("pooling", string(c.Pooling))
 		add("normalize", c.Normalize)
+		if len(c.Prompts) > 0 {
+			add("prompts", c.Prompts)
+		}
+		if c.DefaultPrompt != "" {
+			add("default_prompt", c.DefaultPrompt)
+		}
 	}
 	if len(c.Labels) > 0 {
 		add("labels", c.Labels)

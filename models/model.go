@@ -416,20 +416,64 @@ type EmbedOptions struct {
 	// truncation_direction "left").
 	Left      bool
 	Normalize bool
+	// Prompt names the prompt (Config.Prompts) put before each text, as sentence-transformers
+	// and TEI put it: the text tokenized, truncated and cached is the prompt and the text
+	// joined. "" is the model's DefaultPrompt; else FallbackPrompt (the server's default)
+	// when the model has a prompt of that name; else none.
+	Prompt, FallbackPrompt string
+	// Dimensions, when over 0, cuts each vector to its first Dimensions values, normalized
+	// again when Normalize (a Matryoshka model's shorter embedding).
+	Dimensions int
 }
 
 // Embed returns one vector per text, computed by version; "" is the traffic split
-// (Config.Traffic) when the model has one, else the default version. The vectors are the caller's, even those served from
-// the response cache.
+// (Config.Traffic) when the model has one, else the default version. The vectors are the
+// caller's, even those served from the response cache. A prompt or dimensions the model
+// cannot serve is an *OptionError.
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
+	texts, err := m.withPrompt(texts, o)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	if m.Config.Task == TaskEmbed && o.Dimensions > 0 { // else run says the task is wrong
+		if err := m.checkDimensions(o.Dimensions, m.Dimension()); err != nil {
+			return nil, Stats{}, err
+		}
+	}
 	a := answer{cut: tokenize.Options{Truncate: o.Truncate, Left: o.Left}, variant: o.Normalize}
-	return m.run(ctx, version, TaskEmbed, singles(texts), a, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
+	vecs, st, err := m.run(ctx, version, TaskEmbed, singles(texts), a, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
 		vec := Pool(m.Config.Pooling, t, e.Len())
 		if o.Normalize {
 			Normalize(vec)
 		}
 		return vec
 	})
+	if err != nil || o.Dimensions <= 0 || len(vecs) == 0 {
+		return vecs, st, err
+	}
+	// The width is known once a version has run: check again against the vectors' own.
+	if err := m.checkDimensions(o.Dimensions, len(vecs[0])); err != nil {
+		return nil, st, err
+	}
+	shorten(vecs, o.Dimensions, o.Normalize)
+	return vecs, st, nil
+}
+
+// withPrompt returns texts with o's prompt (Prompt, FallbackPrompt) before each, or texts as
+// they are when there is none; an embed model only (on another, run says the task is wrong).
+func (m *Model) withPrompt(texts []string, o EmbedOptions) ([]string, error) {
+	if m.Config.Task != TaskEmbed {
+		return texts, nil
+	}
+	prompt, err := m.prompt(o.Prompt, o.FallbackPrompt)
+	if err != nil || prompt == "" {
+		return texts, err
+	}
+	prompted := make([]string, len(texts))
+	for i, t := range texts {
+		prompted[i] = prompt + t
+	}
+	return prompted, nil
 }
 
 // ClassifyOptions control Classify.

@@ -169,6 +169,9 @@ func (m *Model) checkShape(t runtime.Tensor) error {
 		if m.Config.Pooling != PoolingNone && len(t.Shape) != 2 {
 			return fmt.Errorf("output %q has per-text shape %v: an embed model needs [sequence, hidden] (or pooling: none for [hidden])", m.Config.Output, t.Shape)
 		}
+		if width := t.Shape[len(t.Shape)-1]; len(m.Config.Dimensions) > 0 && int64(slices.Max(m.Config.Dimensions)) > width {
+			return fmt.Errorf("dimensions %v: the vectors have %d values: list none over %d", m.Config.Dimensions, width, width)
+		}
 	case TaskClassify:
 		if len(t.Shape) != 1 || int(t.Shape[0]) != len(m.Config.Labels) {
 			return fmt.Errorf("output %q has per-text shape %v: want [%d], one logit per label", m.Config.Output, t.Shape, len(m.Config.Labels))

@@ -65,6 +65,10 @@ func (m *Model) EmbedAll(ctx context.Context, version string, texts []string, o 
 	if m.Config.Task == TaskEmbed && m.Config.Pooling == PoolingNone {
 		return nil, Stats{}, &PooledOnlyError{Model: m.Config.Name, Output: m.Config.Output}
 	}
+	texts, err := m.withPrompt(texts, o)
+	if err != nil {
+		return nil, Stats{}, err
+	}
 	a := answer{cut: tokenize.Options{Truncate: o.Truncate, Left: o.Left}, uncached: true}
 	var hidden int
 	flat, st, err := m.run(ctx, version, TaskEmbed, singles(texts), a, func(t runtime.Tensor, e tokenize.Encoding) []float32 {

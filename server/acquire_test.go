@@ -82,6 +82,7 @@ func TestEveryAcquireIsReleased(t *testing.T) {
 		{"embed, wrong task", "/embed", `{"inputs":"a","model":"cls"}`, 400, 1},
 		{"embed, pipeline panics", "/embed", `{"inputs":"a","model":"x-panics"}`, 0, 1},
 		{"root, dimensions not the model's", "/", `{"inputs":"a","dimensions":7}`, 422, 2}, // the first embed model's name, then the request
+		{"root, dimensions 0", "/", `{"inputs":"a","dimensions":0}`, 422, 1},               // refused before the request acquires
 		{"root, classify", "/", `{"inputs":"a","model":"cls"}`, 200, 1},
 		{"predict", "/predict", `{"inputs":"a","model":"cls"}`, 200, 1},
 		{"predict, wrong task", "/predict", `{"inputs":"a","model":"emb"}`, 400, 1},

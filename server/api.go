@@ -48,8 +48,14 @@ type EmbedRequest struct {
 	// default: it keeps its start) or "left" (it keeps its end), as TEI spells them
 	// (truncationLeft).
 	TruncationDirection string `json:"truncation_direction,omitempty"`
-	Model               string `json:"model,omitempty"`
-	Version             string `json:"version,omitempty"`
+	// PromptName names one of the model's prompts, put before each input; "": the model's
+	// default prompt, else the server's --default-prompt-name (models.EmbedOptions).
+	PromptName string `json:"prompt_name,omitempty"`
+	// Dimensions, when set, cuts each vector to its first values (1 to the model's width,
+	// or one of its model.yaml dimensions), normalized again when normalize is.
+	Dimensions *int   `json:"dimensions,omitempty"`
+	Model      string `json:"model,omitempty"`
+	Version    string `json:"version,omitempty"`
 }
 
 // PredictInputs is TEI's `inputs` for /predict: "text" (one input), ["a", "b"] (one pair),

@@ -22,10 +22,13 @@ type OpenAIEmbeddingRequest struct {
 	// EncodingFormat is "float" (the default) or "base64": the vector's little-endian float32
 	// bytes, base64-encoded.
 	EncodingFormat string `json:"encoding_format,omitempty"`
-	// Dimensions, when set, must equal the model's dimension: the served models are not
-	// trained to be cut shorter.
+	// Dimensions, when set, cuts each vector to its first values, normalized again (1 to
+	// the model's width, or one of its model.yaml dimensions).
 	Dimensions *int   `json:"dimensions,omitempty"`
 	User       string `json:"user,omitempty"` // accepted and ignored
+	// PromptName, not OpenAI's, is TEI's prompt_name (EmbedRequest), for clients that send
+	// extra fields (the openai client's extra_body).
+	PromptName string `json:"prompt_name,omitempty"`
 }
 
 // OpenAIEmbeddingResponse is the body of a /v1/embeddings answer.
@@ -172,18 +175,17 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 		badOpenAIRequest(w, r, "model", err.Error())
 		return
 	}
+	opts, ok := s.embedOptions(w, r, nil, nil, "", req.PromptName, req.Dimensions)
+	if !ok {
+		return
+	}
 	p, name, release, err := s.repo.Acquire(name, models.TaskEmbed)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	defer release()
-	dim := p.Dimension()
-	if d := req.Dimensions; d != nil && (*d <= 0 || (dim > 0 && *d != dim)) {
-		badOpenAIRequest(w, r, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, dim))
-		return
-	}
-	vecs, st, err := p.Embed(r.Context(), version, texts, models.EmbedOptions{Truncate: s.truncate(nil), Normalize: true})
+	vecs, st, err := p.Embed(r.Context(), version, texts, opts)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -195,10 +197,6 @@ func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 		Usage:  OpenAIUsage{PromptTokens: st.Tokens, TotalTokens: st.Tokens},
 	}
 	for i, v := range vecs {
-		if d := req.Dimensions; d != nil && *d != len(v) {
-			badOpenAIRequest(w, r, "dimensions", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, len(v)))
-			return
-		}
 		resp.Data[i] = OpenAIEmbedding{Object: "embedding", Index: i, Embedding: v}
 		if base64Out {
 			resp.Data[i].Embedding = base64Floats(v)

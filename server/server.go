@@ -40,6 +40,9 @@ type Config struct {
 	// AutoTruncate is the default of a request's `truncate`: cut inputs over the model's
 	// maximum length instead of refusing them.
 	AutoTruncate bool
+	// DefaultPromptName is the prompt of an embed request that names none, for the models
+	// that have a prompt of that name and no default of their own (models.EmbedOptions).
+	DefaultPromptName string
 	// Info is served at /info; Models and the limits are filled in by the server.
 	Info Info
 	// Metrics, when set, is served at /metrics.
@@ -71,6 +74,7 @@ type Server struct {
 	ready    atomic.Bool
 	inFlight chan struct{} // a token per inference request being served
 	keys     keyring
+	started  time.Time // GET /v1/models' "created"
 }
 
 // New makes a Server; it is not ready until SetReady(true). metrics may be nil.
@@ -82,7 +86,7 @@ func New(cfg Config, repo Repository, log *slog.Logger, metrics *Metrics) *Serve
 		metrics = NewMetrics(prometheus.NewRegistry())
 	}
 	metrics.describeFrom(repo.Describe)
-	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight)), keys: newKeyring(cfg.APIKeys)}
+	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight)), keys: newKeyring(cfg.APIKeys), started: time.Now()}
 }
 
 // SetReady flips readiness: /health answers 503 while not ready, as during shutdown.
@@ -119,6 +123,9 @@ func (s *Server) Handler() http.Handler {
 		r.MethodNotAllowed(s.methodNotAllowed)
 		r.With(s.admit("/v1/embeddings")).Post("/embeddings", s.openAIEmbeddings)
 		r.With(s.admit("/v1/rerank")).Post("/rerank", s.openAIRerank) // Cohere's and Jina's
+		r.Get("/models", s.openAIModels)
+		r.Get("/models/{model}", s.openAIModel)
+		r.Get("/models/{model}/{version}", s.openAIModel) // the id "minilm/int8"
 	})
 	r.Route("/v2", func(r chi.Router) { // KServe's Open Inference Protocol
 		r.NotFound(s.notFound)
@@ -252,43 +259,6 @@ func parseTimeout(h string) (time.Duration, error) {
 		err = errors.New("not positive")
 	}
 	return d, err
-}
-
-func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	var req EmbedRequest
-	if s.decode(w, r, &req) {
-		s.answerEmbed(w, r, &req, nil, start)
-	}
-}
-
-// answerEmbed does /embed's work for req (and POST /'s, whose dimensions, when set, must be
-// the model's): checks, lookup, inference, answer.
-func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedRequest, dimensions *int, start time.Time) {
-	truncate := s.truncate(req.Truncate)
-	left, ok := s.truncationLeft(w, r, req.TruncationDirection)
-	if !ok || !s.checkInputs(w, r, req.Inputs, truncate) {
-		return
-	}
-	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer release()
-	if d := dimensions; d != nil && (*d <= 0 || (p.Dimension() > 0 && *d != p.Dimension())) {
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("dimensions %d: model %s has %d and cannot be shortened; leave dimensions out", *d, name, p.Dimension()))
-		return
-	}
-	opts := models.EmbedOptions{Truncate: truncate, Left: left, Normalize: req.Normalize == nil || *req.Normalize}
-	vecs, st, err := p.Embed(r.Context(), req.Version, req.Inputs, opts)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	note(r, name, st)
-	setTiming(w, name, st, start)
-	writeEncoded(w, r, http.StatusOK, vecs, appendEmbeddings)
 }
 
 func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
@@ -519,6 +489,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		load      *models.LoadError
 		pooled    *models.PooledOnlyError
 		unknownID *tokenize.UnknownIDError
+		option    *models.OptionError
 	)
 	switch {
 	case errors.As(err, &load):
@@ -553,6 +524,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("token id %d is not in the model's vocabulary (ids 0 to %d): send ids from /tokenize", unknownID.ID, unknownID.Vocab-1))
 	case errors.Is(err, tokenize.ErrNoLeft):
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "this model's tokenizer cannot cut texts on the left (its post_processor is not one ortserve reads): send \"truncation_direction\": \"right\"")
+	case errors.As(err, &option):
+		writeParamError(w, r, optionStatus(r), "Validation", option.Field, option.Msg)
 	case errors.Is(err, tokenize.ErrNoPairs):
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "this model's tokenizer cannot join pairs of texts (its post_processor is not one ortserve reads): send single texts")
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:

@@ -24,28 +24,41 @@ import (
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// fakeModel answers like a model: embeddings are [len(text), 1, 0]; classification gives
-// logits [0, len(text)]; reranking, see Rerank. err, when set, is returned instead.
+// fakeModel answers like a model: embeddings are [len(text), 1, 0] (see Embed for prompts
+// and dimensions); classification gives logits [0, len(text)]; reranking, see Rerank. err,
+// when set, is returned instead.
 type fakeModel struct {
 	task       models.Task
 	err        error
 	seen       []string
-	seenInputs []models.Input // ClassifyPairs'
-	query      string         // Rerank's
-	seenLeft   bool           // the last call's truncation side
+	seenOpts   models.EmbedOptions // Embed's
+	seenInputs []models.Input      // ClassifyPairs'
+	query      string              // Rerank's
+	seenLeft   bool                // the last call's truncation side
 }
 
+// Embed has one prompt, "query", which adds nothing to the text; any other is refused, as
+// are dimensions over 3. Dimensions cut the vector before it is normalized.
 func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error) {
-	f.seen, f.seenLeft = texts, o.Left
+	f.seen, f.seenOpts, f.seenLeft = texts, o, o.Left
 	if f.err != nil {
 		return nil, models.Stats{}, f.err
 	}
 	if f.task != models.TaskEmbed {
 		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
 	}
+	if o.Prompt != "" && o.Prompt != "query" {
+		return nil, models.Stats{}, &models.OptionError{Field: "prompt_name", Msg: "prompt_name " + o.Prompt + " is not one of the fake's prompts: query"}
+	}
+	if o.Dimensions > 3 {
+		return nil, models.Stats{}, &models.OptionError{Field: "dimensions", Msg: "dimensions is over the fake's 3"}
+	}
 	out := make([][]float32, len(texts))
 	for i, t := range texts {
 		out[i] = []float32{float32(len(t)), 1, 0}
+		if o.Dimensions > 0 {
+			out[i] = out[i][:o.Dimensions]
+		}
 		if o.Normalize {
 			models.Normalize(out[i])
 		}
@@ -121,6 +134,9 @@ func (f *fakeModel) EmbedAll(_ context.Context, version string, texts []string, 
 	}
 	if f.task != models.TaskEmbed {
 		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
+	}
+	if o.Prompt != "" && o.Prompt != "query" {
+		return nil, models.Stats{}, &models.OptionError{Field: "prompt_name", Msg: "prompt_name " + o.Prompt + " is not one of the fake's prompts: query"}
 	}
 	out := make([][][]float32, len(texts))
 	for i, t := range texts {

@@ -27,12 +27,12 @@ import (
 
 // EmbedAllRequest is TEI's /embed_all body, plus optional model and version.
 type EmbedAllRequest struct {
-	Inputs              Inputs  `json:"inputs"`
-	Truncate            *bool   `json:"truncate"`
-	TruncationDirection string  `json:"truncation_direction,omitempty"`
-	PromptName          *string `json:"prompt_name,omitempty"`
-	Model               string  `json:"model,omitempty"`
-	Version             string  `json:"version,omitempty"`
+	Inputs              Inputs `json:"inputs"`
+	Truncate            *bool  `json:"truncate"`
+	TruncationDirection string `json:"truncation_direction,omitempty"`
+	PromptName          string `json:"prompt_name,omitempty"`
+	Model               string `json:"model,omitempty"`
+	Version             string `json:"version,omitempty"`
 }
 
 func (s *Server) embedAll(w http.ResponseWriter, r *http.Request) {
@@ -41,9 +41,8 @@ func (s *Server) embedAll(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	truncate := s.truncate(req.Truncate)
-	left, ok := s.truncationLeft(w, r, req.TruncationDirection)
-	if !ok || !s.checkPrompt(w, r, req.PromptName) || !s.checkInputs(w, r, req.Inputs, truncate) {
+	opts, ok := s.embedOptions(w, r, req.Truncate, nil, req.TruncationDirection, req.PromptName, nil)
+	if !ok || !s.checkInputs(w, r, req.Inputs, opts.Truncate) {
 		return
 	}
 	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
@@ -52,7 +51,7 @@ func (s *Server) embedAll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	vecs, st, err := p.EmbedAll(r.Context(), req.Version, req.Inputs, models.EmbedOptions{Truncate: truncate, Left: left})
+	vecs, st, err := p.EmbedAll(r.Context(), req.Version, req.Inputs, opts)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -62,15 +61,6 @@ func (s *Server) embedAll(w http.ResponseWriter, r *http.Request) {
 	writeEncoded(w, r, http.StatusOK, vecs, func(b []byte, v [][][]float32) ([]byte, error) {
 		return appendList(b, v, appendEmbeddings)
 	})
-}
-
-// checkPrompt answers 422 for a prompt_name (checkPromptName) and returns false.
-func (s *Server) checkPrompt(w http.ResponseWriter, r *http.Request, name *string) bool {
-	if err := checkPromptName(name); err != nil {
-		writeParamError(w, r, http.StatusUnprocessableEntity, "Validation", "prompt_name", err.Error())
-		return false
-	}
-	return true
 }
 
 // SimilarityRequest is TEI's /similarity body (the Inference API's sentence-similarity
@@ -90,9 +80,9 @@ type SimilarityInput struct {
 
 // SimilarityParameters are /similarity's options, /embed's for the texts' embeddings.
 type SimilarityParameters struct {
-	Truncate            *bool   `json:"truncate"`
-	TruncationDirection string  `json:"truncation_direction,omitempty"`
-	PromptName          *string `json:"prompt_name,omitempty"`
+	Truncate            *bool  `json:"truncate"`
+	TruncationDirection string `json:"truncation_direction,omitempty"`
+	PromptName          string `json:"prompt_name,omitempty"`
 }
 
 func (s *Server) similarity(w http.ResponseWriter, r *http.Request) {
@@ -110,11 +100,10 @@ func (s *Server) similarity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	params := cmp.Or(req.Parameters, &SimilarityParameters{})
-	truncate := s.truncate(params.Truncate)
-	left, ok := s.truncationLeft(w, r, params.TruncationDirection)
+	opts, ok := s.embedOptions(w, r, params.Truncate, nil, params.TruncationDirection, params.PromptName, nil)
 	// The source sentence counts against max_client_batch_size, as in TEI.
 	texts := append([]string{*req.Inputs.SourceSentence}, req.Inputs.Sentences...)
-	if !ok || !s.checkPrompt(w, r, params.PromptName) || !s.checkInputs(w, r, texts, truncate) {
+	if !ok || !s.checkInputs(w, r, texts, opts.Truncate) {
 		return
 	}
 	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
@@ -123,7 +112,7 @@ func (s *Server) similarity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	vecs, st, err := p.Embed(r.Context(), req.Version, texts, models.EmbedOptions{Truncate: truncate, Left: left})
+	vecs, st, err := p.Embed(r.Context(), req.Version, texts, opts)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -29,7 +29,7 @@ func TestTEIMoreRoutes(t *testing.T) {
 		{"embed_all one text, left", "/embed_all", emb, `{"inputs":"a","truncate":true,"truncation_direction":"Left"}`, 200, `[[[97,0]]]`},
 		{"embed_all empty", "/embed_all", emb, `{"inputs":[]}`, 422, `inputs is empty`},
 		{"embed_all too many", "/embed_all", emb, `{"inputs":["a","b","c","d","e"]}`, 413, `over the limit of 4`},
-		{"embed_all prompt", "/embed_all", emb, `{"inputs":"a","prompt_name":"query"}`, 422, `have no prompts`},
+		{"embed_all unknown prompt", "/embed_all", emb, `{"inputs":"a","prompt_name":"q"}`, 422, `not one of the fake's prompts`},
 		{"embed_all odd direction", "/embed_all", emb, `{"inputs":"a","truncation_direction":"LEFT"}`, 422, `not one of "left", "right"`},
 		{"embed_all of a classifier", "/embed_all", both, `{"inputs":"a","model":"cls"}`, 400, `use /predict`},
 
@@ -41,7 +41,7 @@ func TestTEIMoreRoutes(t *testing.T) {
 		{"similarity inputs a string", "/similarity", emb, `{"inputs":"a"}`, 422, `bad JSON body`},
 		{"similarity null sentence", "/similarity", emb, `{"inputs":{"source_sentence":"a","sentences":["a",null]}}`, 422, `null`},
 		{"similarity source counts", "/similarity", emb, `{"inputs":{"source_sentence":"a","sentences":["a","b","c","d"]}}`, 413, `over the limit of 4`},
-		{"similarity prompt", "/similarity", emb, `{"inputs":{"source_sentence":"a","sentences":["a"]},"parameters":{"prompt_name":"q"}}`, 422, `have no prompts`},
+		{"similarity prompt", "/similarity", emb, `{"inputs":{"source_sentence":"a","sentences":["a"]},"parameters":{"prompt_name":"q"}}`, 422, `not one of the fake's prompts`},
 
 		{"decode one", "/decode", emb, `{"ids":[104,105]}`, 200, `["hi"]`},
 		{"decode many", "/decode", emb, `{"ids":[[104,105],[],[33]],"skip_special_tokens":false}`, 200, `["hi","","!"]`},

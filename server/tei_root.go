@@ -38,15 +38,13 @@ type RootRequest struct {
 	// Truncate defaults to the server's auto_truncate.
 	Truncate *bool `json:"truncate,omitempty"`
 
-	// For embed models: Normalize defaults to true. TruncationDirection is /embed's (and
-	// /predict's for a classifier); PromptName must be absent (the served models have no
-	// prompts); Dimensions, if set, must be the model's; EncodingFormat may be "float" (the
+	// For embed models, as /embed's (EmbedRequest); EncodingFormat may be "float" (the
 	// route answers floats only).
-	Normalize           *bool   `json:"normalize,omitempty"`
-	TruncationDirection string  `json:"truncation_direction,omitempty"`
-	PromptName          *string `json:"prompt_name,omitempty"`
-	Dimensions          *int    `json:"dimensions,omitempty"`
-	EncodingFormat      string  `json:"encoding_format,omitempty"`
+	Normalize           *bool  `json:"normalize,omitempty"`
+	TruncationDirection string `json:"truncation_direction,omitempty"`
+	PromptName          string `json:"prompt_name,omitempty"`
+	Dimensions          *int   `json:"dimensions,omitempty"`
+	EncodingFormat      string `json:"encoding_format,omitempty"`
 
 	// For classify models: RawScores as /predict's. Parameters, when present (even empty),
 	// asks for the Inference API's text-classification answer: a list of predictions per
@@ -148,34 +146,15 @@ func (s *Server) rootEmbed(w http.ResponseWriter, r *http.Request, req *RootRequ
 		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is an embed model, and top_k and function_to_apply are text classification's: name a classify model in \"model\", or leave them out", model))
 		return
 	}
-	if err := req.checkEmbedFields(); err != nil {
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", err.Error())
+	if f := req.EncodingFormat; f != "" && f != "float" {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("encoding_format %q is not served here: POST / answers floats (send \"float\" or leave it out; /v1/embeddings serves \"base64\")", f))
 		return
 	}
-	er := EmbedRequest{Inputs: inputs, Normalize: req.Normalize, Truncate: req.Truncate, TruncationDirection: req.TruncationDirection, Model: model, Version: req.Version}
-	s.answerEmbed(w, r, &er, req.Dimensions, start)
-}
-
-// checkEmbedFields refuses the embedding fields that ask for what the served models cannot
-// do, rather than ignore them and answer something else than was asked.
-func (req *RootRequest) checkEmbedFields() error {
-	if err := checkPromptName(req.PromptName); err != nil {
-		return err
+	er := EmbedRequest{
+		Inputs: inputs, Normalize: req.Normalize, Truncate: req.Truncate, Model: model, Version: req.Version,
+		TruncationDirection: req.TruncationDirection, PromptName: req.PromptName, Dimensions: req.Dimensions,
 	}
-	switch req.EncodingFormat {
-	case "", "float":
-	default:
-		return fmt.Errorf("encoding_format %q is not served here: POST / answers floats (send \"float\" or leave it out; /v1/embeddings serves \"base64\")", req.EncodingFormat)
-	}
-	return nil
-}
-
-// checkPromptName refuses a prompt_name: the served models have no prompts.
-func checkPromptName(name *string) error {
-	if name != nil {
-		return fmt.Errorf("prompt_name %q: the served models have no prompts: put the prompt in the text and leave prompt_name out", *name)
-	}
-	return nil
+	s.answerEmbed(w, r, &er, start)
 }
 
 func (s *Server) rootClassify(w http.ResponseWriter, r *http.Request, req *RootRequest, model string, start time.Time) {

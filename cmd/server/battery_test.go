@@ -291,6 +291,19 @@ func batteryCases() []badRequest {
 	add("wrong task: /embed on the classifier", "/embed", `{"inputs":"hello","model":"sentiment"}`, 400)
 	add("wrong task: /predict on the embedder", "/predict", `{"inputs":"hello","model":"minilm"}`, 400)
 	add("normalize a string", "/embed", `{"inputs":"hello","normalize":"yes"}`, 422)
+	for _, tc := range []struct{ name, fields string }{
+		{"prompt_name on a model without prompts", `"prompt_name":"query"`},
+		{"prompt_name a number", `"prompt_name":1`},
+		{"dimensions 0", `"dimensions":0`},
+		{"dimensions -1", `"dimensions":-1`},
+		{"dimensions 385", `"dimensions":385`},
+		{"dimensions a string", `"dimensions":"384"`},
+		{"dimensions a fraction", `"dimensions":1.5`},
+		{"truncation_direction LEFT", `"truncation_direction":"LEFT"`},
+		{"truncation_direction up", `"truncation_direction":"up"`},
+	} {
+		add("embed "+tc.name, "/embed", `{"inputs":"hello",`+tc.fields+`}`, 422)
+	}
 	add("raw_scores a number", "/predict", `{"inputs":"hello","raw_scores":1}`, 422)
 	add("add_special_tokens a string", "/tokenize", `{"inputs":"hello","add_special_tokens":"yes"}`, 422)
 	// Pairs (["a","b"], [["a","b"]]) are served: the classifier reads them through its
@@ -328,7 +341,8 @@ func batteryCases() []badRequest {
 		{"prompt_name", `"prompt_name":"query"`, 422},
 		{"prompt_name a number", `"prompt_name":1`, 422},
 		{"dimensions 0", `"dimensions":0`, 422},
-		{"dimensions 383", `"dimensions":383`, 422},
+		{"dimensions -1", `"dimensions":-1`, 422},
+		{"dimensions 385", `"dimensions":385`, 422},
 		{"dimensions a string", `"dimensions":"384"`, 422},
 		{"encoding_format base64", `"encoding_format":"base64"`, 422},
 		{"normalize a string", `"normalize":"yes"`, 422},
@@ -421,7 +435,8 @@ func batteryCases() []badRequest {
 		{"encoding_format null and input a number", `{"model":"minilm","input":1,"encoding_format":null}`, 400},
 		{"dimensions 0", `{"model":"minilm","input":"hello","dimensions":0}`, 400},
 		{"dimensions -1", `{"model":"minilm","input":"hello","dimensions":-1}`, 400},
-		{"dimensions 383", `{"model":"minilm","input":"hello","dimensions":383}`, 400},
+		{"prompt_name on a model without prompts", `{"model":"minilm","input":"hello","prompt_name":"query"}`, 400},
+		{"prompt_name a number", `{"model":"minilm","input":"hello","prompt_name":1}`, 422},
 		{"dimensions 385", `{"model":"minilm","input":"hello","dimensions":385}`, 400},
 		{"dimensions huge", `{"model":"minilm","input":"hello","dimensions":99999999999999999999}`, 422},
 		{"dimensions a string", `{"model":"minilm","input":"hello","dimensions":"384"}`, 422},

@@ -14,7 +14,8 @@ import (
 
 // The official OpenAI Python client's embeddings.create returns the same vectors as /embed,
 // both with encoding_format "float" and with the client's default (it asks for base64 and
-// decodes the bytes itself). The client runs in the small venv `make clients` builds
+// decodes the bytes itself); with dimensions=128, each vector's first 128 values normalized
+// again. The client runs in the small venv `make clients` builds
 // (scripts/clients.sh), which `make test` names in ORTSERVE_CLIENTS_VENV.
 func TestOpenAIPythonClient(t *testing.T) {
 	t.Parallel()
@@ -43,6 +44,7 @@ func TestOpenAIPythonClient(t *testing.T) {
 	var got struct {
 		Float  [][]float32 `json:"float"`
 		Base64 [][]float32 `json:"base64"`
+		Dims   [][]float32 `json:"dimensions"`
 		Model  string      `json:"model"`
 		Usage  struct {
 			PromptTokens int `json:"prompt_tokens"`
@@ -63,6 +65,14 @@ func TestOpenAIPythonClient(t *testing.T) {
 			if len(v) != 384 || cosine(v, ref[i]) < 0.999999 || math.Abs(norm(v)-1) > 1e-5 {
 				t.Errorf("%s, text %d %q: %d dims, cosine %.7f with /embed, norm %v", format, i, texts[i], len(v), cosine(v, ref[i]), norm(v))
 			}
+		}
+	}
+	if len(got.Dims) != len(texts) {
+		t.Fatalf("dimensions=128: %d vectors for %d texts", len(got.Dims), len(texts))
+	}
+	for i, v := range got.Dims {
+		if want := shortened(ref[i], 128); len(v) != 128 || maxDiff(v, want) > 1e-5 || math.Abs(norm(v)-1) > 1e-5 {
+			t.Errorf("dimensions=128, text %d %q: %d dims, %v from /embed's first 128 normalized, norm %v", i, texts[i], len(v), maxDiff(v, want), norm(v))
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -62,6 +64,9 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 		return err
 	}
 	defer repo.Close()
+	if err := checkDefaultPrompt(repo.Status(), c.HTTP.DefaultPromptName); err != nil {
+		return err
+	}
 	if c.Reload > 0 {
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
@@ -128,4 +133,26 @@ func newEngine(env *ort.Env, c engine.Config, log *slog.Logger, doing string) (*
 		log.Warn("CUDA unavailable, "+doing+" on CPU", "reason", why)
 	}
 	return e, nil
+}
+
+// checkDefaultPrompt refuses a --default-prompt-name that no served embed model has: a typo
+// there would otherwise put no prompt before any text, silently.
+func checkDefaultPrompt(served []models.Status, name string) error {
+	if name == "" {
+		return nil
+	}
+	var have []string
+	for _, st := range served {
+		if _, ok := st.Config.Prompts[name]; ok {
+			return nil
+		}
+		for p := range st.Config.Prompts {
+			have = append(have, st.Config.Name+":"+p)
+		}
+	}
+	slices.Sort(have)
+	if len(have) == 0 {
+		return fmt.Errorf("--default-prompt-name %q: no served model has prompts (model.yaml prompts, or config_sentence_transformers.json): leave it out", name)
+	}
+	return fmt.Errorf("--default-prompt-name %q: no served model has a prompt of that name; they have %s", name, strings.Join(have, ", "))
 }

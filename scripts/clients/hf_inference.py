@@ -1,12 +1,15 @@
 """Drives huggingface_hub's InferenceClient, pointed at an ortserve URL, as a user would.
 
 usage: hf_inference.py BASE_URL feature-extraction < texts.json
+       hf_inference.py BASE_URL feature-extraction-prompt PROMPT_NAME < texts.json
        hf_inference.py BASE_URL text-classification < texts.json
 
 InferenceClient(model=BASE_URL) posts each task to the URL itself, POST /, which serves the
 server's first model. feature-extraction prints {"single": ..., "batch": ..., "raw": ...}: the
 arrays feature_extraction returned for the first text alone, for all of them, and for all of
-them with normalize=False (and the other TEI fields set). text-classification prints
+them with normalize=False (and the other TEI fields set). feature-extraction-prompt prints
+{"prompted": ..., "short": ...}: all of them with prompt_name=PROMPT_NAME (truncate and
+truncation_direction="right" set too), and with dimensions=128. text-classification prints
 {"default": ..., "top1": ..., "none": ..., "sigmoid": ...}: per text, the [{label, score}]
 text_classification returned by default, with top_k=1, and with function_to_apply "none"
 and "sigmoid". cmd/server/clients_test.go compares them with /embed and /predict.
@@ -34,6 +37,13 @@ def main() -> None:
                 texts, normalize=False, truncate=True, truncation_direction="right", encoding_format="float"
             ).tolist(),
         }
+    elif task == "feature-extraction-prompt":
+        out = {
+            "prompted": client.feature_extraction(
+                texts, prompt_name=sys.argv[3], truncate=True, truncation_direction="right"
+            ).tolist(),
+            "short": client.feature_extraction(texts, dimensions=128).tolist(),
+        }
     elif task == "text-classification":
         out = {
             "default": [predictions(client.text_classification(t)) for t in texts],
@@ -42,7 +52,7 @@ def main() -> None:
             "sigmoid": [predictions(client.text_classification(t, function_to_apply="sigmoid")) for t in texts],
         }
     else:
-        sys.exit(f"unknown task {task!r}: feature-extraction or text-classification")
+        sys.exit(f"unknown task {task!r}: feature-extraction, feature-extraction-prompt or text-classification")
     json.dump(out, sys.stdout)
 
 

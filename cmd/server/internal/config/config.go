@@ -144,6 +144,7 @@ func flags(c *Serve) *flag.FlagSet {
 	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest request body")
 	fs.IntVar(&c.HTTP.MaxInputChars, "max-input-chars", c.HTTP.MaxInputChars, "most characters in one text: cut when the request truncates, else 413; 0: no limit")
 	fs.BoolVar(&c.HTTP.AutoTruncate, "auto-truncate", c.HTTP.AutoTruncate, "cut inputs over a model's max length (and max-input-chars) unless a request says \"truncate\": false")
+	fs.StringVar(&c.HTTP.DefaultPromptName, "default-prompt-name", c.HTTP.DefaultPromptName, "the prompt put before an embed request's texts when it names none (prompt_name), for models that have a prompt of that name and no default_prompt of their own; empty: none")
 	fs.IntVar(&c.HTTP.MaxInFlight, "max-in-flight", c.HTTP.MaxInFlight, "inference requests served at once; past it, 429")
 	fs.DurationVar(&c.HTTP.RequestTimeout, "request-timeout", c.HTTP.RequestTimeout, "a request's deadline unless it sends X-Request-Timeout; 0: none")
 	fs.DurationVar(&c.Conn.ReadTimeout, "read-timeout", c.Conn.ReadTimeout, "longest a client may take to send a request, head and body; 0: none")
@@ -182,6 +183,7 @@ var FileKeys = []FileKey{
 	{"batching.calibration_budget", "calibration-budget"},
 	{"batching.calibration_cache", "calibration-cache"},
 	{"slo", "slo"},
+	{"default_prompt_name", "default-prompt-name"},
 	{"limits.max_body_bytes", "max-body-bytes"},
 	{"limits.max_inputs", "max-inputs"},
 	{"limits.max_input_chars", "max-input-chars"},

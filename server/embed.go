@@ -1,0 +1,81 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/ortserve/ortserve/models"
+)
+
+// /embed, and the embedding fields TEI's /embed, POST / and OpenAI's /v1/embeddings share:
+// prompt_name, dimensions and truncation_direction. The model checks the prompt and the
+// dimensions against its own (models.OptionError); fail answers a refusal in the route's
+// shape.
+
+func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req EmbedRequest
+	if s.decode(w, r, &req) {
+		s.answerEmbed(w, r, &req, start)
+	}
+}
+
+// answerEmbed does /embed's work for req (and POST /'s): checks, lookup, inference, answer.
+func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedRequest, start time.Time) {
+	opts, ok := s.embedOptions(w, r, req.Truncate, req.Normalize, req.TruncationDirection, req.PromptName, req.Dimensions)
+	if !ok || !s.checkInputs(w, r, req.Inputs, opts.Truncate) {
+		return
+	}
+	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer release()
+	vecs, st, err := p.Embed(r.Context(), req.Version, req.Inputs, opts)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	note(r, name, st)
+	setTiming(w, name, st, start)
+	writeEncoded(w, r, http.StatusOK, vecs, appendEmbeddings)
+}
+
+// embedOptions are the models.EmbedOptions of an embedding request's fields: truncate as it
+// says (or the server's auto_truncate), on the side truncation_direction says
+// (truncationLeft), normalize unless it says false, its prompt_name (the server's
+// --default-prompt-name the fallback) and dimensions. The model checks the prompt and the
+// dimensions against its own; a dimensions under 1 is refused here. On a refusal it has
+// answered, and ok is false.
+func (s *Server) embedOptions(w http.ResponseWriter, r *http.Request, truncate, normalize *bool, direction, prompt string, dimensions *int) (o models.EmbedOptions, ok bool) {
+	left, ok := s.truncationLeft(w, r, direction)
+	if !ok {
+		return o, false
+	}
+	o = models.EmbedOptions{
+		Truncate:       s.truncate(truncate),
+		Left:           left,
+		Normalize:      normalize == nil || *normalize,
+		Prompt:         prompt,
+		FallbackPrompt: s.cfg.DefaultPromptName,
+	}
+	if d := dimensions; d != nil {
+		if *d < 1 {
+			s.fail(w, r, &models.OptionError{Field: "dimensions", Msg: fmt.Sprintf("dimensions %d: give at least 1, or leave dimensions out for the whole vector", *d)})
+			return o, false
+		}
+		o.Dimensions = *d
+	}
+	return o, true
+}
+
+// optionStatus is the status of a refused embedding field: TEI's 422 (Validation), or on
+// OpenAI's route 400, as OpenAI answers a bad field and as the route answers its others.
+func optionStatus(r *http.Request) int {
+	if familyOf(r) == familyOpenAI {
+		return http.StatusBadRequest
+	}
+	return http.StatusUnprocessableEntity
+}
