@@ -31,7 +31,13 @@ func (inf *Inference) YAML() []byte {
 	add("output", c.Output)
 	if c.Task == TaskEmbed {
 		add("pooling", string(c.Pooling))
+		if len(c.Dense) > 0 {
+			add("dense", c.Dense)
+		}
 		add("normalize", c.Normalize)
+	}
+	if c.Task == TaskSparse {
+		add("pooling", string(c.Pooling))
 	}
 	if len(c.Labels) > 0 {
 		add("labels", c.Labels)

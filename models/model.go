@@ -39,6 +39,7 @@ func (e *UnknownError) Unwrap() error { return e.Kind }
 type WrongTaskError struct {
 	Model string
 	Task  Task // what the model does
+	Asked Task // what it was asked to do
 }
 
 func (e *WrongTaskError) Error() string {
@@ -117,7 +118,8 @@ type Model struct {
 	Dir      string
 	tok      tokenize.Tokenizer
 	versions map[string]*Version
-	dim      atomic.Int64 // see Dimension; set by the check of each version loaded
+	dense    []*denseLayer // Config.Dense, applied after pooling
+	dim      atomic.Int64  // see Dimension; set by the check of each version loaded
 }
 
 // Name is the model's name.
@@ -330,7 +332,7 @@ func (m *Model) encode(inputs []Input, truncate bool) ([]tokenize.Encoding, erro
 func (m *Model) run(ctx context.Context, version string, task Task, inputs []Input, truncate, variant bool, finish finisher) ([][]float32, Stats, error) {
 	var st Stats
 	if m.Config.Task != task {
-		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task}
+		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task, Asked: task}
 	}
 	v, err := m.Version(m.route(version))
 	if err != nil {
@@ -413,11 +415,31 @@ type EmbedOptions struct {
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
 	return m.run(ctx, version, TaskEmbed, singles(texts), o.Truncate, o.Normalize, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
 		vec := Pool(m.Config.Pooling, t, e.Len())
+		for _, d := range m.dense {
+			vec = d.apply(vec)
+		}
 		if o.Normalize {
 			Normalize(vec)
 		}
 		return vec
 	})
+}
+
+// EmbedSparse returns, per text, the non-zero entries of its SPLADE embedding by ascending
+// vocabulary index, computed by version as Embed's. The model's task must be TaskSparse.
+// The response cache keeps the pooled vectors; the lists are the caller's.
+func (m *Model) EmbedSparse(ctx context.Context, version string, texts []string, truncate bool) ([][]SparseValue, Stats, error) {
+	vecs, st, err := m.run(ctx, version, TaskSparse, singles(texts), truncate, false, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
+		return PoolSplade(t, e.Len())
+	})
+	if err != nil {
+		return nil, st, err
+	}
+	out := make([][]SparseValue, len(vecs))
+	for i, v := range vecs {
+		out[i] = Sparse(v)
+	}
+	return out, st, nil
 }
 
 // ClassifyOptions control Classify.

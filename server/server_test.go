@@ -52,6 +52,30 @@ func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o m
 	return out, models.Stats{Version: "v1", Tokens: len(texts)}, nil
 }
 
+// EmbedSparse's entries for a text are {len(text): 1.5} and, for a text longer than two
+// bytes, {2: 0.25}, by index; an empty text has none.
+func (f *fakeModel) EmbedSparse(_ context.Context, version string, texts []string, truncate bool) ([][]models.SparseValue, models.Stats, error) {
+	f.seen = texts
+	if f.err != nil {
+		return nil, models.Stats{}, f.err
+	}
+	if f.task != models.TaskSparse {
+		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task, Asked: models.TaskSparse}
+	}
+	out := make([][]models.SparseValue, len(texts))
+	for i, t := range texts {
+		v := make([]float32, len(t)+1)
+		if len(t) > 0 {
+			v[len(t)] = 1.5
+		}
+		if len(t) > 2 {
+			v[2] = 0.25
+		}
+		out[i] = models.Sparse(v)
+	}
+	return out, models.Stats{Version: "v1", Tokens: len(texts)}, nil
+}
+
 func (f *fakeModel) Classify(_ context.Context, version string, texts []string, o models.ClassifyOptions) ([][]float32, models.Stats, error) {
 	f.seen = texts
 	if f.err != nil {

@@ -1,0 +1,91 @@
+package server
+
+// POST /embed_sparse: TEI's sparse embeddings of a SPLADE model.
+//   {inputs, truncate, truncation_direction, prompt_name, model?, version?} →
+//   [[{index, value}, ...] per input]: the non-zero entries of each text's vocabulary-sized
+//   vector, by ascending index.
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ortserve/ortserve/models"
+)
+
+// EmbedSparseRequest is TEI's /embed_sparse body, plus optional model and version.
+type EmbedSparseRequest struct {
+	Inputs   Inputs `json:"inputs"`
+	Truncate *bool  `json:"truncate"` // default: the server's auto_truncate
+	// TruncationDirection may be "right", where texts are cut.
+	TruncationDirection string `json:"truncation_direction,omitempty"`
+	// PromptName names one of the model's prompts; a SPLADE model served here has none.
+	PromptName *string `json:"prompt_name,omitempty"`
+	Model      string  `json:"model,omitempty"`
+	Version    string  `json:"version,omitempty"`
+}
+
+// notSparse is TEI's answer to /embed_sparse on a model without SPLADE pooling (424, as
+// TEI's backend error), with what to do.
+const notSparse = "Backend error: Model is not an embedding model with SPLADE pooling"
+
+func (s *Server) embedSparse(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req EmbedSparseRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	switch strings.ToLower(req.TruncationDirection) {
+	case "", "right":
+	case "left":
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not served on /embed_sparse: texts are cut on the right; send \"right\" or leave it out", req.TruncationDirection))
+		return
+	default:
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not one of \"left\", \"right\"", req.TruncationDirection))
+		return
+	}
+	if req.PromptName != nil {
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("prompt_name %q: the model has no prompts; leave prompt_name out", *req.PromptName))
+		return
+	}
+	truncate := s.truncate(req.Truncate)
+	if !s.checkInputs(w, r, req.Inputs, truncate) {
+		return
+	}
+	p, name, release, err := s.repo.Acquire(req.Model, models.TaskSparse)
+	if err != nil {
+		if req.Model == "" && errors.Is(err, models.ErrUnknownModel) {
+			writeError(w, r, http.StatusFailedDependency, "Backend", notSparse+": no model served here pools with SPLADE (a sentence-transformers SparseEncoder: *ForMaskedLM + SpladePooling); use /embed")
+			return
+		}
+		s.fail(w, r, err)
+		return
+	}
+	defer release()
+	vecs, st, err := p.EmbedSparse(r.Context(), req.Version, req.Inputs, truncate)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	note(r, name, st)
+	setTiming(w, name, st, start)
+	writeEncoded(w, r, http.StatusOK, vecs, appendSparseEmbeddings)
+}
+
+// appendSparseEmbeddings appends /embed_sparse's body: one array of {index, value} per text.
+func appendSparseEmbeddings(b []byte, vecs [][]models.SparseValue) ([]byte, error) {
+	return appendList(b, vecs, func(b []byte, v []models.SparseValue) ([]byte, error) {
+		return appendList(b, v, appendSparseValue)
+	})
+}
+
+func appendSparseValue(b []byte, v models.SparseValue) ([]byte, error) {
+	b = append(b, `{"index":`...)
+	b = strconv.AppendUint(b, uint64(v.Index), 10)
+	b = append(b, `,"value":`...)
+	b, err := appendFloat32(b, v.Value)
+	return append(b, '}'), err
+}
