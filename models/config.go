@@ -66,14 +66,14 @@ type Config struct {
 	MaxLength int    `yaml:"max_length"` // tokens, special tokens included
 	// Output is the graph output the pipeline reads: [batch, seq, hidden] hidden states for
 	// embed, [batch, classes] logits for classify, [batch, 1] logits for rerank.
-	Output    string   `yaml:"output"`
-	Pooling   Pooling  `yaml:"pooling,omitempty"`   // embed only; sparse: splade
-	Normalize bool     `yaml:"normalize,omitempty"` // embed only: L2-normalize by default
+	Output    string  `yaml:"output"`
+	Pooling   Pooling `yaml:"pooling,omitempty"`   // embed only; sparse: splade
+	Normalize bool    `yaml:"normalize,omitempty"` // embed only: L2-normalize by default
 	// Dense are sentence-transformers Dense modules (folders with config.json and
 	// model.safetensors, relative to the model folder) applied in order after pooling and
 	// before normalization; embed only.
-	Dense []string `yaml:"dense,omitempty"`
-	Labels    []string `yaml:"labels,omitempty"`    // classify only, in logit order
+	Dense  []string `yaml:"dense,omitempty"`
+	Labels []string `yaml:"labels,omitempty"` // classify only, in logit order
 
 	DefaultVersion string                   `yaml:"default_version"`
 	Versions       map[string]VersionConfig `yaml:"versions"`

@@ -27,8 +27,8 @@ type floatTensor struct {
 
 // safetensorsEntry is one tensor's header entry.
 type safetensorsEntry struct {
-	DType   string  `json:"dtype"`
-	Shape   []int   `json:"shape"`
+	DType   string   `json:"dtype"`
+	Shape   []int    `json:"shape"`
 	Offsets [2]int64 `json:"data_offsets"`
 }
 
