@@ -88,13 +88,7 @@ func (s *Server) answerRerank(w http.ResponseWriter, r *http.Request, req *Reran
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "query is required: the text to rank the texts against")
 		return
 	}
-	switch strings.ToLower(req.TruncationDirection) {
-	case "", "right":
-	case "left":
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not served: pairs are cut on the right; send \"right\" or leave it out", req.TruncationDirection))
-		return
-	default:
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not one of \"left\", \"right\"", req.TruncationDirection))
+	if !rightTruncation(w, r, req.TruncationDirection, "pairs") {
 		return
 	}
 	truncate := s.truncate(req.Truncate)
@@ -294,4 +288,18 @@ func (s *Server) openAIRerank(w http.ResponseWriter, r *http.Request) {
 	note(r, name, st)
 	setTiming(w, name, st, start)
 	writeJSON(w, http.StatusOK, &resp)
+}
+
+// rightTruncation checks a request's truncation_direction where what (the route's texts or
+// pairs) is cut on the right only: "right" or none passes; otherwise it answers 422 itself.
+func rightTruncation(w http.ResponseWriter, r *http.Request, dir, what string) bool {
+	switch strings.ToLower(dir) {
+	case "", "right":
+		return true
+	case "left":
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not served: %s are cut on the right; send \"right\" or leave it out", dir, what))
+	default:
+		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not one of \"left\", \"right\"", dir))
+	}
+	return false
 }

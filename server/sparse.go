@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ortserve/ortserve/models"
@@ -38,13 +37,7 @@ func (s *Server) embedSparse(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	switch strings.ToLower(req.TruncationDirection) {
-	case "", "right":
-	case "left":
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not served on /embed_sparse: texts are cut on the right; send \"right\" or leave it out", req.TruncationDirection))
-		return
-	default:
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("truncation_direction %q is not one of \"left\", \"right\"", req.TruncationDirection))
+	if !rightTruncation(w, r, req.TruncationDirection, "texts") {
 		return
 	}
 	if req.PromptName != nil {

@@ -24,7 +24,7 @@ func TestEmbedSparse(t *testing.T) {
 		{"named model", false, `{"inputs":"ab","model":"splade","truncate":true}`, 200, `[[{"index":2,"value":1.5}]]`, ""},
 		{"truncation_direction right", false, `{"inputs":"a","truncation_direction":"Right"}`, 200, `[[{"index":1,"value":1.5}]]`, ""},
 		{"prompt_name null", false, `{"inputs":"a","prompt_name":null}`, 200, `[[{"index":1,"value":1.5}]]`, ""},
-		{"truncation_direction left", false, `{"inputs":"a","truncation_direction":"left"}`, 422, `cut on the right`, "Validation"},
+		{"truncation_direction left", false, `{"inputs":"a","truncation_direction":"left"}`, 422, `texts are cut on the right`, "Validation"},
 		{"truncation_direction odd", false, `{"inputs":"a","truncation_direction":"up"}`, 422, `not one of "left", "right"`, "Validation"},
 		{"prompt_name", false, `{"inputs":"a","prompt_name":"query"}`, 422, `has no prompts`, "Validation"},
 		{"empty list", false, `{"inputs":[]}`, 422, `inputs is empty`, "Empty"},
