@@ -34,6 +34,9 @@ const (
 	TaskClassify Task = "classify"
 	// TaskRerank scores (query, passage) pairs with a cross-encoder: one logit per pair.
 	TaskRerank Task = "rerank"
+	// TaskSparse embeds texts as sparse vectors over the vocabulary (SPLADE): a masked
+	// language model's per-token logits, pooled with PoolingSplade, non-zero entries only.
+	TaskSparse Task = "sparse"
 )
 
 // Pooling turns per-token vectors into one vector per text.
@@ -48,10 +51,14 @@ const (
 	// PoolingNone is for an output that is already one vector per text, [batch, hidden]
 	// (a graph exported with its own pooling, such as a sentence_embedding output).
 	PoolingNone Pooling = "none"
+	// PoolingSplade is sentence-transformers' SpladePooling(max, relu) of a masked language
+	// model's logits: per vocabulary entry, the largest log(1 + relu(x)) over real tokens.
+	PoolingSplade Pooling = "splade"
 )
 
-// Poolings are the poolings the embed pipeline implements (Pool).
-var Poolings = []Pooling{PoolingMean, PoolingCLS, PoolingMax, PoolingLastToken, PoolingNone}
+// Poolings are the poolings the embed pipeline implements (Pool). An embed model pooled
+// with splade answers /embed with the whole vocabulary-sized vector, as TEI does.
+var Poolings = []Pooling{PoolingMean, PoolingCLS, PoolingMax, PoolingLastToken, PoolingNone, PoolingSplade}
 
 // Config is a model's model.yaml.
 type Config struct {
@@ -61,10 +68,14 @@ type Config struct {
 	MaxLength int    `yaml:"max_length"` // tokens, special tokens included
 	// Output is the graph output the pipeline reads: [batch, seq, hidden] hidden states for
 	// embed, [batch, classes] logits for classify, [batch, 1] logits for rerank.
-	Output    string   `yaml:"output"`
-	Pooling   Pooling  `yaml:"pooling,omitempty"`   // embed only
-	Normalize bool     `yaml:"normalize,omitempty"` // embed only: L2-normalize by default
-	Labels    []string `yaml:"labels,omitempty"`    // classify only, in logit order
+	Output    string  `yaml:"output"`
+	Pooling   Pooling `yaml:"pooling,omitempty"`   // embed only; sparse: splade
+	Normalize bool    `yaml:"normalize,omitempty"` // embed only: L2-normalize by default
+	// Dense are sentence-transformers Dense modules (folders with config.json and
+	// model.safetensors, relative to the model folder) applied in order after pooling and
+	// before normalization; embed only.
+	Dense  []string `yaml:"dense,omitempty"`
+	Labels []string `yaml:"labels,omitempty"` // classify only, in logit order
 	// Prompts, embed only, are texts a request may ask to put before each input by name
 	// (prompt_name), as sentence-transformers' prompts: {query: "query: "}. The model
 	// folder's config_sentence_transformers.json adds its own; model.yaml's win.
@@ -254,7 +265,7 @@ func (c Config) Validate() error {
 	switch c.Task {
 	case TaskEmbed:
 		if !slices.Contains(Poolings, c.Pooling) {
-			bad("pooling %q: use mean, cls, max, lasttoken or none (an output already pooled)", c.Pooling)
+			bad("pooling %q: use mean, cls, max, lasttoken, splade or none (an output already pooled)", c.Pooling)
 		}
 		if len(c.Labels) > 0 {
 			bad("labels are for classify models")
@@ -268,26 +279,39 @@ func (c Config) Validate() error {
 				break
 			}
 		}
+		if len(c.Dense) > 0 && c.Pooling == PoolingSplade {
+			bad("dense modules are not run after splade pooling")
+		}
+	case TaskSparse:
+		if c.Pooling != PoolingSplade {
+			bad("pooling %q: a sparse model pools with splade", c.Pooling)
+		}
+		if c.Normalize || len(c.Labels) > 0 || len(c.Dense) > 0 {
+			bad("normalize, labels and dense are not for sparse models")
+		}
+		if c.Gate != nil {
+			bad("gate: sparse models have no accuracy gate yet: remove the gate section")
+		}
 	case TaskClassify:
 		if len(c.Labels) < 2 {
 			bad("a classify model needs at least two labels")
 		}
-		if c.Pooling != "" || c.Normalize {
-			bad("pooling and normalize are for embed models")
+		if c.Pooling != "" || c.Normalize || len(c.Dense) > 0 {
+			bad("pooling and normalize are for embed models (and dense)")
 		}
 	case TaskRerank:
 		// A cross-encoder: one logit per (query, passage) pair, no labels.
 		if len(c.Labels) > 0 {
 			bad("labels are for classify models: a rerank model has one score, its logit")
 		}
-		if c.Pooling != "" || c.Normalize {
-			bad("pooling and normalize are for embed models")
+		if c.Pooling != "" || c.Normalize || len(c.Dense) > 0 {
+			bad("pooling and normalize are for embed models (and dense)")
 		}
 		if c.Gate != nil {
 			bad("gate: rerank models have no accuracy gate yet: remove the gate section")
 		}
 	default:
-		bad("task %q: use embed, classify or rerank", c.Task)
+		bad("task %q: use embed, sparse, classify or rerank", c.Task)
 	}
 	if c.Task != TaskEmbed && (len(c.Prompts) > 0 || c.DefaultPrompt != "" || len(c.Dimensions) > 0) {
 		bad("prompts, default_prompt and dimensions are for embed models")

@@ -122,6 +122,7 @@ type hfModelConfig struct {
 	Dim           int               `json:"dim"`     // DistilBERT's hidden size
 	DModel        int               `json:"d_model"` // T5's and others'
 	MaxPositions  int               `json:"max_position_embeddings"`
+	VocabSize     int               `json:"vocab_size"`
 	PadTokenID    *int              `json:"pad_token_id"`
 }
 
@@ -240,7 +241,12 @@ func InferConfig(dir string, o InferOptions) (*Inference, error) {
 	// sentence-transformers loads a classifier's encoder without its head: a folder with
 	// modules.json is an embedder when its graph has token embeddings.
 	tokens := slices.ContainsFunc(outs, func(v onnx.IOInfo) bool { return v.Type == "float32" && len(v.Shape) == 3 && v.Name != "logits" })
+	splade := slices.ContainsFunc(modules, func(m stModule) bool { return m.kind() == "SpladePooling" })
 	switch {
+	case splade:
+		if err := inferSparse(inf, base, hc, modules, ref, o); err != nil {
+			return nil, fail("%v", err)
+		}
 	case classifier != "" && !(st && tokens):
 		if err := inferClassify(inf, hc, classifier, ref, o); err != nil {
 			return nil, fail("%v", err)
@@ -248,6 +254,9 @@ func InferConfig(dir string, o InferOptions) (*Inference, error) {
 	default:
 		if err := inferEmbed(inf, base, hc, modules, st, ref, o); err != nil {
 			return nil, fail("%v", err)
+		}
+		for i, d := range c.Dense {
+			c.Dense[i] = rel(d)
 		}
 	}
 	out := outs[slices.IndexFunc(outs, func(v onnx.IOInfo) bool { return v.Name == c.Output })]

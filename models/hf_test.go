@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -159,6 +160,21 @@ type want struct {
 	def      string
 	skipped  string // in Skipped
 	warning  string // in Warnings
+	dense    []string
+}
+
+// spladeFolder is a sentence-transformers SparseEncoder: a masked language model (vocabulary
+// 8) and SpladePooling.
+var spladeFolder = folder{
+	"config.json":    js(map[string]any{"architectures": []string{"BertForMaskedLM"}, "model_type": "bert", "hidden_size": 4, "vocab_size": 8, "max_position_embeddings": 512}),
+	"tokenizer.json": []byte(`{}`),
+	"modules.json": js([]map[string]any{
+		{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sparse_encoder.models.MLMTransformer"},
+		{"idx": 1, "name": "1", "path": "1_SpladePooling", "type": "sentence_transformers.sparse_encoder.models.SpladePooling"},
+	}),
+	"1_SpladePooling/config.json": js(map[string]any{"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": 8}),
+	"sentence_bert_config.json":   js(map[string]any{"max_seq_length": 256}),
+	"onnx/model.onnx":             graph(nil, nil, out("logits", onnxtest.Float, -1, -1, 8)),
 }
 
 func TestInferConfig(t *testing.T) {
@@ -185,7 +201,17 @@ func TestInferConfig(t *testing.T) {
 		{"weighted mean served from the graph's own pooling", stFolder.with(folder{"1_Pooling/config.json": poolingConfig("weightedmean_tokens"),
 			"onnx/model.onnx": graph(nil, nil, hidden, pooled), "onnx/model_quantized.onnx": nil, "onnx/model_fp16.onnx": nil}),
 			models.InferOptions{}, want{output: "sentence_embedding", pooling: models.PoolingNone}, ""},
-		{"a Dense module needs the pooled output", stFolder.with(folder{"modules.json": withDense}), models.InferOptions{}, want{}, "modules.json has Dense (2_Dense) after pooling, which ortserve does not run"},
+		{"a Dense module is run after pooling", stFolder.with(folder{"modules.json": withDense}), models.InferOptions{}, want{task: models.TaskEmbed, pooling: models.PoolingMean, dense: []string{"2_Dense"}}, ""},
+		{"a Dense module after Normalize is refused", stFolder.with(folder{"modules.json": js([]map[string]any{
+			{"path": "", "type": "sentence_transformers.models.Transformer"}, {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+			{"path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}, {"path": "3_Dense", "type": "sentence_transformers.models.Dense"}})}),
+			models.InferOptions{}, want{}, "Dense (3_Dense) where ortserve does not run it"},
+		{"SPLADE", spladeFolder, models.InferOptions{}, want{task: models.TaskSparse, output: "logits", pooling: models.PoolingSplade, maxLen: 256, versions: map[string]string{"fp32": "onnx/model.onnx"}}, ""},
+		{"SPLADE logits by vocabulary size", spladeFolder.with(folder{"onnx/model.onnx": graph(nil, nil, out("h", onnxtest.Float, -1, -1, 4), out("out", onnxtest.Float, -1, -1, 8))}),
+			models.InferOptions{}, want{task: models.TaskSparse, output: "out"}, ""},
+		{"SPLADE sum pooling is refused", spladeFolder.with(folder{"1_SpladePooling/config.json": js(map[string]any{"pooling_strategy": "sum", "activation_function": "relu"})}),
+			models.InferOptions{}, want{}, `pooling_strategy "sum", which ortserve does not do`},
+		{"SPLADE without logits", spladeFolder.with(folder{"onnx/model.onnx": graph(nil, nil, logits(2))}), models.InferOptions{}, want{}, "no float32 output of the masked language model's logits"},
 		{"a Dense module with the pooled output", stFolder.with(folder{"modules.json": withDense, "onnx/model.onnx": graph(nil, nil, out("token_embeddings", onnxtest.Float, -1, -1, 4), pooled),
 			"onnx/model_quantized.onnx": nil, "onnx/model_fp16.onnx": nil}), models.InferOptions{}, want{output: "sentence_embedding", pooling: models.PoolingNone}, ""},
 		{"a bare encoder that pools itself", optimumFolder.with(folder{"model.onnx": graph(nil, nil, pooled), "model_quantized.onnx": nil}), models.InferOptions{},
@@ -262,7 +288,7 @@ func TestInferConfig(t *testing.T) {
 			c, w := inf.Config, tt.want
 			if c.Name != "mini" || c.Tokenizer != "tokenizer.json" || (w.task != "" && c.Task != w.task) || (w.output != "" && c.Output != w.output) ||
 				(w.pooling != "" && c.Pooling != w.pooling) || c.Normalize != w.norm && w.task != "" || (w.maxLen != 0 && c.MaxLength != w.maxLen) ||
-				(w.labels != nil && !slices.Equal(c.Labels, w.labels)) || c.DefaultVersion != cmp(w.def, "fp32") {
+				(w.labels != nil && !slices.Equal(c.Labels, w.labels)) || c.DefaultVersion != cmp(w.def, "fp32") || !slices.Equal(c.Dense, w.dense) {
 				t.Errorf("got %+v\nwant %+v", c, w)
 			}
 			if w.versions != nil {
@@ -564,10 +590,19 @@ func TestPoolings(t *testing.T) {
 		{models.PoolingCLS, []float32{1, 6}},
 		{models.PoolingMax, []float32{3, 6}},
 		{models.PoolingLastToken, []float32{2, 4}},
+		// log(1 + relu(x)), the largest over the real tokens: the padding row's 9 is not read.
+		{models.PoolingSplade, []float32{float32(math.Log1p(3)), float32(math.Log1p(6))}},
 	} {
 		if got := models.Pool(tt.p, hs, 3); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.p, got, tt.want)
 		}
+	}
+	neg := runtime.Tensor{Shape: []int64{2, 3}, Data: []float32{-1, 0, 2, -3, 0.5, -2}}
+	if got := models.Sparse(models.Pool(models.PoolingSplade, neg, 2)); !slices.Equal(got, []models.SparseValue{{Index: 1, Value: float32(math.Log1p(0.5))}, {Index: 2, Value: float32(math.Log1p(2))}}) {
+		t.Errorf("splade of negative logits: %v", got)
+	}
+	if got := models.Sparse(make([]float32, 3)); got == nil || len(got) != 0 {
+		t.Errorf("Sparse of zeros: %#v, want an empty list", got)
 	}
 	if got := models.Pool(models.PoolingNone, runtime.Tensor{Shape: []int64{2}, Data: []float32{5, 7}}, 3); !slices.Equal(got, []float32{5, 7}) {
 		t.Errorf("none: %v", got)

@@ -31,6 +31,9 @@ func (inf *Inference) YAML() []byte {
 	add("output", c.Output)
 	if c.Task == TaskEmbed {
 		add("pooling", string(c.Pooling))
+		if len(c.Dense) > 0 {
+			add("dense", c.Dense)
+		}
 		add("normalize", c.Normalize)
 		if len(c.Prompts) > 0 {
 			add("prompts", c.Prompts)
@@ -38,6 +41,9 @@ func (inf *Inference) YAML() []byte {
 		if c.DefaultPrompt != "" {
 			add("default_prompt", c.DefaultPrompt)
 		}
+	}
+	if c.Task == TaskSparse {
+		add("pooling", string(c.Pooling))
 	}
 	if len(c.Labels) > 0 {
 		add("labels", c.Labels)

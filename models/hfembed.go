@@ -35,6 +35,12 @@ func inferEmbed(inf *Inference, base string, hc hfModelConfig, modules []stModul
 			poolDir = m.Path
 		case "Normalize":
 			c.Normalize = true
+		case "Dense":
+			if poolDir == "" || c.Normalize {
+				extra = append(extra, fmt.Sprintf("Dense (%s) where ortserve does not run it, not between pooling and Normalize", m.Path))
+				break
+			}
+			c.Dense = append(c.Dense, filepath.ToSlash(m.Path))
 		default:
 			extra = append(extra, fmt.Sprintf("%s (%s)", m.kind(), m.Path))
 		}
@@ -61,6 +67,8 @@ func inferEmbed(inf *Inference, base string, hc hfModelConfig, modules []stModul
 	if len(extra) > 0 && poolErr == "" {
 		poolErr = fmt.Sprintf("modules.json has %s after pooling, which ortserve does not run", strings.Join(extra, ", "))
 	}
+	dense := c.Dense
+	c.Dense = nil // only with pooling done here (useToken): a pooled output has run them
 
 	var token, pooled []onnx.IOInfo
 	for _, v := range ref.info.Outputs {
@@ -94,6 +102,10 @@ func inferEmbed(inf *Inference, base string, hc hfModelConfig, modules []stModul
 		}
 		c.Pooling = pooling
 		inf.because("pooling", "%s", poolWhy)
+		if len(dense) > 0 {
+			c.Dense = dense
+			inf.because("dense", "modules.json: Dense modules after pooling (config.json and model.safetensors in each), run before Normalize")
+		}
 	}
 
 	if o.Output != "" {
@@ -118,6 +130,11 @@ func inferEmbed(inf *Inference, base string, hc hfModelConfig, modules []stModul
 			return nil
 		}
 		return fmt.Errorf("%s, and %s has no sentence_embedding output (it has %s): export the whole sentence-transformers pipeline, or write a %s (pooling: one of %s)", poolErr, ref.rel, describe(ref.info.Outputs), ConfigFile, poolingNames())
+	}
+	// A graph exported with its Dense modules has run them in its pooled output already.
+	if v, ok := byName(pooled, pooledOutputs); ok && len(dense) > 0 {
+		usePooled(v, "by name: the graph pools and runs modules.json's Dense modules itself")
+		return nil
 	}
 	if v, ok := byName(token, tokenOutputs); ok {
 		useToken(v, "by name")

@@ -39,6 +39,7 @@ func (e *UnknownError) Unwrap() error { return e.Kind }
 type WrongTaskError struct {
 	Model string
 	Task  Task // what the model does
+	Asked Task // what it was asked to do
 }
 
 func (e *WrongTaskError) Error() string {
@@ -117,7 +118,8 @@ type Model struct {
 	Dir      string
 	tok      tokenize.Tokenizer
 	versions map[string]*Version
-	dim      atomic.Int64 // see Dimension; set by the check of each version loaded
+	dense    []*denseLayer // Config.Dense, applied after pooling
+	dim      atomic.Int64  // see Dimension; set by the check of each version loaded
 }
 
 // Name is the model's name.
@@ -338,7 +340,7 @@ type answer struct {
 func (m *Model) run(ctx context.Context, version string, task Task, inputs []Input, a answer, finish finisher) ([][]float32, Stats, error) {
 	var st Stats
 	if m.Config.Task != task {
-		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task}
+		return nil, st, &WrongTaskError{Model: m.Config.Name, Task: m.Config.Task, Asked: task}
 	}
 	v, err := m.Version(m.route(version))
 	if err != nil {
@@ -443,6 +445,9 @@ func (m *Model) Embed(ctx context.Context, version string, texts []string, o Emb
 	a := answer{cut: tokenize.Options{Truncate: o.Truncate, Left: o.Left}, variant: o.Normalize}
 	vecs, st, err := m.run(ctx, version, TaskEmbed, singles(texts), a, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
 		vec := Pool(m.Config.Pooling, t, e.Len())
+		for _, d := range m.dense {
+			vec = d.apply(vec)
+		}
 		if o.Normalize {
 			Normalize(vec)
 		}
@@ -460,9 +465,10 @@ func (m *Model) Embed(ctx context.Context, version string, texts []string, o Emb
 }
 
 // withPrompt returns texts with o's prompt (Prompt, FallbackPrompt) before each, or texts as
-// they are when there is none; an embed model only (on another, run says the task is wrong).
+// they are when there is none; an embed or sparse model only (on another, run says the task
+// is wrong).
 func (m *Model) withPrompt(texts []string, o EmbedOptions) ([]string, error) {
-	if m.Config.Task != TaskEmbed {
+	if m.Config.Task != TaskEmbed && m.Config.Task != TaskSparse {
 		return texts, nil
 	}
 	prompt, err := m.prompt(o.Prompt, o.FallbackPrompt)
@@ -474,6 +480,28 @@ func (m *Model) withPrompt(texts []string, o EmbedOptions) ([]string, error) {
 		prompted[i] = prompt + t
 	}
 	return prompted, nil
+}
+
+// EmbedSparse returns, per text, the non-zero entries of its SPLADE embedding by ascending
+// vocabulary index, computed by version as Embed's. The model's task must be TaskSparse.
+// The response cache keeps the pooled vectors; the lists are the caller's.
+func (m *Model) EmbedSparse(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]SparseValue, Stats, error) {
+	texts, err := m.withPrompt(texts, o)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	a := answer{cut: tokenize.Options{Truncate: o.Truncate, Left: o.Left}}
+	vecs, st, err := m.run(ctx, version, TaskSparse, singles(texts), a, func(t runtime.Tensor, e tokenize.Encoding) []float32 {
+		return PoolSplade(t, e.Len())
+	})
+	if err != nil {
+		return nil, st, err
+	}
+	out := make([][]SparseValue, len(vecs))
+	for i, v := range vecs {
+		out[i] = Sparse(v)
+	}
+	return out, st, nil
 }
 
 // ClassifyOptions control Classify.

@@ -71,7 +71,7 @@ func TestParseConfig(t *testing.T) {
 		{"embed", embedYAML, ""},
 		{"classify", classifyYAML, ""},
 		{"typo in key", strings.Replace(embedYAML, "pooling:", "poolling:", 1), "field poolling not found"},
-		{"bad task", strings.Replace(embedYAML, "task: embed", "task: generate", 1), `task "generate": use embed, classify or rerank`},
+		{"bad task", strings.Replace(embedYAML, "task: embed", "task: generate", 1), `task "generate": use embed, sparse, classify or rerank`},
 		{"bad pooling", strings.Replace(embedYAML, "pooling: mean", "pooling: sum", 1), `pooling "sum"`},
 		{"max pooling", strings.Replace(embedYAML, "pooling: mean", "pooling: max", 1), ""},
 		{"no default", strings.Replace(embedYAML, "default_version: fp32", "default_version: int8", 1), `default_version "int8"`},

@@ -35,6 +35,9 @@ func OpenConfig(dir string, cfg Config, b Backend, log *slog.Logger) (*Model, er
 		return nil, fmt.Errorf("models: %s: tokenizer: %w", cfg.Name, err)
 	}
 	m := &Model{Config: cfg, Dir: dir, tok: tok, versions: map[string]*Version{}}
+	if m.dense, err = loadDenseModules(dir, cfg); err != nil {
+		return nil, errors.Join(err, tok.Close())
+	}
 	specs := map[string]ExecSpec{} // of the versions to load now
 	for _, name := range slices.Sorted(maps.Keys(cfg.Versions)) {
 		vc := cfg.Versions[name]
@@ -156,7 +159,17 @@ func (m *Model) checkVersion(name string, exec Executor) error {
 	if err := m.checkShape(out[0]); err != nil {
 		return fmt.Errorf("models: %s/%s: %w", m.Config.Name, name, err)
 	}
-	m.dim.Store(out[0].Shape[len(out[0].Shape)-1])
+	dim := out[0].Shape[len(out[0].Shape)-1]
+	if n := len(m.dense); n > 0 {
+		if int(dim) != m.dense[0].in {
+			return fmt.Errorf("models: %s/%s: output %q has %d features and the first dense module (%s) takes %d: is dense: for this model?", m.Config.Name, name, m.Config.Output, dim, m.Config.Dense[0], m.dense[0].in)
+		}
+		dim = int64(m.dense[n-1].out)
+	}
+	if len(m.Config.Dimensions) > 0 && int64(slices.Max(m.Config.Dimensions)) > dim {
+		return fmt.Errorf("models: %s/%s: dimensions %v: the vectors have %d values: list none over %d", m.Config.Name, name, m.Config.Dimensions, dim, dim)
+	}
+	m.dim.Store(dim)
 	return nil
 }
 
@@ -169,8 +182,9 @@ func (m *Model) checkShape(t runtime.Tensor) error {
 		if m.Config.Pooling != PoolingNone && len(t.Shape) != 2 {
 			return fmt.Errorf("output %q has per-text shape %v: an embed model needs [sequence, hidden] (or pooling: none for [hidden])", m.Config.Output, t.Shape)
 		}
-		if width := t.Shape[len(t.Shape)-1]; len(m.Config.Dimensions) > 0 && int64(slices.Max(m.Config.Dimensions)) > width {
-			return fmt.Errorf("dimensions %v: the vectors have %d values: list none over %d", m.Config.Dimensions, width, width)
+	case TaskSparse:
+		if len(t.Shape) != 2 {
+			return fmt.Errorf("output %q has per-text shape %v: a sparse model needs logits [sequence, vocabulary]", m.Config.Output, t.Shape)
 		}
 	case TaskClassify:
 		if len(t.Shape) != 1 || int(t.Shape[0]) != len(m.Config.Labels) {

@@ -26,6 +26,8 @@ func Pool(p Pooling, t runtime.Tensor, n int) []float32 {
 	case p == PoolingLastToken:
 		copy(out, t.Data[(n-1)*hidden:n*hidden])
 		return out
+	case p == PoolingSplade:
+		return PoolSplade(t, n)
 	case p == PoolingMax:
 		copy(out, t.Data[:hidden])
 		for tok := 1; tok < n; tok++ {
@@ -45,6 +47,44 @@ func Pool(p Pooling, t runtime.Tensor, n int) []float32 {
 	}
 	for j := range out {
 		out[j] = float32(acc[j] / float64(n))
+	}
+	return out
+}
+
+// PoolSplade is sentence-transformers' SpladePooling(max, relu) of per-token logits t
+// ([seq, vocab], the first n rows real tokens): per vocabulary entry, the largest
+// log(1 + relu(x)) over the real tokens. log1p is monotonic, so it takes the largest logit
+// first and the logarithm once per entry, not once per token.
+func PoolSplade(t runtime.Tensor, n int) []float32 {
+	vocab := int(t.Shape[len(t.Shape)-1])
+	out := make([]float32, vocab)
+	for tok := range n {
+		for j, x := range t.Data[tok*vocab : (tok+1)*vocab] {
+			out[j] = max(out[j], x) // out starts at 0: relu
+		}
+	}
+	for j, x := range out {
+		if x > 0 {
+			out[j] = float32(math.Log1p(float64(x)))
+		}
+	}
+	return out
+}
+
+// SparseValue is one non-zero entry of a sparse embedding: a vocabulary index and its
+// weight, as TEI's /embed_sparse writes it.
+type SparseValue struct {
+	Index uint32  `json:"index"`
+	Value float32 `json:"value"`
+}
+
+// Sparse lists v's non-zero entries by ascending index; none is an empty list, not nil.
+func Sparse(v []float32) []SparseValue {
+	out := []SparseValue{}
+	for i, x := range v {
+		if x != 0 {
+			out = append(out, SparseValue{Index: uint32(i), Value: x})
+		}
 	}
 	return out
 }

@@ -124,7 +124,7 @@ func TestParseRerankConfig(t *testing.T) {
 		{"pooling", rerankYAML + "pooling: mean\n", "pooling and normalize are for embed"},
 		{"normalize", rerankYAML + "normalize: true\n", "pooling and normalize are for embed"},
 		{"gate", rerankYAML + "gate: {max_drop: 1}\n", "rerank models have no accuracy gate"},
-		{"unknown task", strings.Replace(rerankYAML, "task: rerank", "task: rank", 1), `task "rank": use embed, classify or rerank`},
+		{"unknown task", strings.Replace(rerankYAML, "task: rerank", "task: rank", 1), `task "rank": use embed, sparse, classify or rerank`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

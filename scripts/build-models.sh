@@ -10,7 +10,9 @@
 #   MODELS_DIR/layouts/    the same models as users have them, no model.yaml (scripts/models/layouts.py):
 #     sentence-transformers/ optimum/ hub/models--ortserve--minilm/ (the minilm encoder),
 #     sentiment-hf/ cross-encoder/ (HF BertForSequenceClassification folders), odd-outputs/
-#     (minilm with a renamed output and two extra ones); ONNX files are hard links where the
+#     (minilm with a renamed output and two extra ones), splade/ (a SPLADE SparseEncoder:
+#     BertForMaskedLM + SpladePooling) and dense/ (minilm with a Dense module; scripts/models/sparse.py);
+#     ONNX files are hard links where the
 #     graph is one built above
 #   MODELS_DIR/golden/     the onnxruntime side of the golden files of this build; the build fails unless
 #     its graphs reproduce the committed torch references in testdata/golden (scripts/models/reference.py)

@@ -19,6 +19,9 @@ type Pipeline interface {
 	// ClassifyPairs is Classify for inputs of which any may be a pair of texts (/predict's
 	// [["premise", "hypothesis"]]).
 	ClassifyPairs(ctx context.Context, version string, inputs []models.Input, o models.ClassifyOptions) ([][]float32, models.Stats, error)
+	// EmbedSparse returns each text's non-zero SPLADE weights by ascending vocabulary index;
+	// a model that is not a sparse one answers a *models.WrongTaskError.
+	EmbedSparse(ctx context.Context, version string, texts []string, o models.EmbedOptions) ([][]models.SparseValue, models.Stats, error)
 	// Rerank scores each text against query (a cross-encoder), in texts' order.
 	Rerank(ctx context.Context, version, query string, texts []string, o models.RerankOptions) ([]float32, models.Stats, error)
 	// EmbedAll is Embed before pooling: per text, one vector per token (/embed_all). A model

@@ -103,6 +103,7 @@ func (s *Server) Handler() http.Handler {
 		r.Get("/health", s.health)
 		r.Get("/info", s.info)
 		r.With(s.admit("/embed")).Post("/embed", s.embed)
+		r.With(s.admit("/embed_sparse")).Post("/embed_sparse", s.embedSparse)
 		r.With(s.admit("/predict")).Post("/predict", s.predict)
 		r.With(s.admit("/rerank")).Post("/rerank", s.rerank)
 		r.With(s.admit("/")).Post("/", s.root)                       // TEI's route for its model: tei_root.go
@@ -509,6 +510,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
 	case errors.As(err, &unknown):
 		writeError(w, r, http.StatusNotFound, "NotFound", unknownMessage(unknown))
+	case errors.As(err, &wrongTask) && wrongTask.Asked == models.TaskSparse:
+		// TEI answers a model without SPLADE pooling with a backend error, 424.
+		writeError(w, r, http.StatusFailedDependency, "Backend", fmt.Sprintf("%s: model %q is a %s model; /embed_sparse needs a SPLADE model (a sentence-transformers SparseEncoder: *ForMaskedLM + SpladePooling)", notSparse, wrongTask.Model, wrongTask.Task))
 	case errors.As(err, &wrongTask):
 		route := "/embed or /v1/embeddings"
 		switch wrongTask.Task {
@@ -516,6 +520,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			route = "/predict"
 		case models.TaskRerank:
 			route = "/rerank or /v1/rerank"
+		case models.TaskSparse:
+			route = "/embed_sparse"
 		}
 		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
 	case errors.As(err, &pooled):

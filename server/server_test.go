@@ -47,8 +47,8 @@ func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o m
 	if f.task != models.TaskEmbed {
 		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
 	}
-	if o.Prompt != "" && o.Prompt != "query" {
-		return nil, models.Stats{}, &models.OptionError{Field: "prompt_name", Msg: "prompt_name " + o.Prompt + " is not one of the fake's prompts: query"}
+	if err := fakePrompt(o); err != nil {
+		return nil, models.Stats{}, err
 	}
 	if o.Dimensions > 3 {
 		return nil, models.Stats{}, &models.OptionError{Field: "dimensions", Msg: "dimensions is over the fake's 3"}
@@ -62,6 +62,33 @@ func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o m
 		if o.Normalize {
 			models.Normalize(out[i])
 		}
+	}
+	return out, models.Stats{Version: "v1", Tokens: len(texts)}, nil
+}
+
+// EmbedSparse's entries for a text are {len(text): 1.5} and, for a text longer than two
+// bytes, {2: 0.25}, by index; an empty text has none.
+func (f *fakeModel) EmbedSparse(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][]models.SparseValue, models.Stats, error) {
+	f.seen, f.seenOpts, f.seenLeft = texts, o, o.Left
+	if f.err != nil {
+		return nil, models.Stats{}, f.err
+	}
+	if f.task != models.TaskSparse {
+		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task, Asked: models.TaskSparse}
+	}
+	if err := fakePrompt(o); err != nil {
+		return nil, models.Stats{}, err
+	}
+	out := make([][]models.SparseValue, len(texts))
+	for i, t := range texts {
+		v := make([]float32, len(t)+1)
+		if len(t) > 0 {
+			v[len(t)] = 1.5
+		}
+		if len(t) > 2 {
+			v[2] = 0.25
+		}
+		out[i] = models.Sparse(v)
 	}
 	return out, models.Stats{Version: "v1", Tokens: len(texts)}, nil
 }
@@ -135,8 +162,8 @@ func (f *fakeModel) EmbedAll(_ context.Context, version string, texts []string, 
 	if f.task != models.TaskEmbed {
 		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
 	}
-	if o.Prompt != "" && o.Prompt != "query" {
-		return nil, models.Stats{}, &models.OptionError{Field: "prompt_name", Msg: "prompt_name " + o.Prompt + " is not one of the fake's prompts: query"}
+	if err := fakePrompt(o); err != nil {
+		return nil, models.Stats{}, err
 	}
 	out := make([][][]float32, len(texts))
 	for i, t := range texts {
@@ -601,4 +628,13 @@ func TestContentLength(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakePrompt is the fake's one prompt, "query", which adds nothing to a text: any other is
+// refused as a model refuses it.
+func fakePrompt(o models.EmbedOptions) error {
+	if o.Prompt != "" && o.Prompt != "query" {
+		return &models.OptionError{Field: "prompt_name", Msg: "prompt_name " + o.Prompt + " is not one of the fake's prompts: query"}
+	}
+	return nil
 }

@@ -92,6 +92,9 @@ func batteryRoutes() []batteryRoute {
 	kserve := func(texts string) string { return kserveBody("[1]", texts) }
 	return []batteryRoute{
 		{"/embed", kEmbed, "", tei},
+		// /embed_sparse takes /embed's inputs; the battery's models have no SPLADE one, so a
+		// good request is refused (424) after every check these rows make.
+		{"/embed_sparse", kEmbed, "", tei},
 		{"/predict", kPredict, "", tei},
 		{"/tokenize", kTokenize, "", tei},
 		{"/v1/embeddings", kOpenAI, "", func(texts string) string { return `{"model":"minilm","input":` + texts + `}` }},
@@ -257,7 +260,7 @@ func batteryCases() []badRequest {
 
 	// Unknown routes under each prefix answer 404 in the prefix's shape.
 	for _, p := range []string{
-		"/embeds", "/embed/", "/embed/minilm", "/predicts", "/predict/x", "/tokenize/x", "/rerank/x", "/embed_sparse", "/nosuch",
+		"/embeds", "/embed/", "/embed/minilm", "/predicts", "/predict/x", "/tokenize/x", "/rerank/x", "/embed_sparse/", "/embed_sparses", "/nosuch",
 		"/v1", "/v1/", "/v1/embedding", "/v1/embeddings/", "/v1/embeddings/x", "/v1/rerank/x", "/v1/chat/completions", "/v1/completions", "/v1/nosuch",
 		"/v2/nosuch", "/v2/models", "/v2/models/", "/v2/models/minilm/infer/", "/v2/models/minilm/infer/x", "/v2/models/minilm/versions/int8/infer/",
 		"/v2/models/minilm/versions/int8/infer/x", "/v2/models/minilm/versions", "/v2/models/minilm/generate", "/v2/repository/index",
@@ -303,6 +306,25 @@ func batteryCases() []badRequest {
 		{"truncation_direction up", `"truncation_direction":"up"`},
 	} {
 		add("embed "+tc.name, "/embed", `{"inputs":"hello",`+tc.fields+`}`, 422)
+	}
+	for _, tc := range []struct {
+		name, body string
+		want       int
+	}{
+		{"on the embedder", `{"inputs":"hello","model":"minilm"}`, 424}, // TEI's answer for a model without SPLADE pooling
+		{"on the classifier", `{"inputs":"hello","model":"sentiment"}`, 424},
+		{"no SPLADE model served", `{"inputs":"hello"}`, 424},
+		{"model unknown", `{"inputs":"hello","model":"nosuch"}`, 404},
+		{"model a number", `{"inputs":"hello","model":1}`, 422},
+		{"version a number", `{"inputs":"hello","version":8}`, 422},
+		{"truncate a string", `{"inputs":"hello","truncate":"no"}`, 422},
+		{"truncation_direction unknown", `{"inputs":"hello","truncation_direction":"up"}`, 422},
+		{"truncation_direction LEFT", `{"inputs":"hello","truncation_direction":"LEFT"}`, 422},
+		{"truncation_direction a number", `{"inputs":"hello","truncation_direction":1}`, 422},
+		{"prompt_name, no SPLADE model served", `{"inputs":"hello","prompt_name":"query"}`, 424},
+		{"prompt_name a number", `{"inputs":"hello","prompt_name":1}`, 422},
+	} {
+		add("embed_sparse "+tc.name, "/embed_sparse", tc.body, tc.want)
 	}
 	add("raw_scores a number", "/predict", `{"inputs":"hello","raw_scores":1}`, 422)
 	add("add_special_tokens a string", "/tokenize", `{"inputs":"hello","add_special_tokens":"yes"}`, 422)

@@ -43,7 +43,7 @@ func minilmLayouts(t *testing.T, root string) []string {
 	var st, optimum bool
 	for _, e := range entries {
 		dir := filepath.Join(root, e.Name())
-		if !e.IsDir() || slices.Contains([]string{layoutSentiment, layoutCrossEncoder, layoutOddOutputs, "hub"}, e.Name()) {
+		if !e.IsDir() || slices.Contains([]string{layoutSentiment, layoutCrossEncoder, layoutOddOutputs, "hub", layoutSplade, layoutDense}, e.Name()) {
 			continue
 		}
 		dirs = append(dirs, dir)

@@ -249,10 +249,11 @@ func TestServeHFFolders(t *testing.T) {
 func TestServeHFFolderRefused(t *testing.T) {
 	t.Parallel()
 	files := minilmFiles(t)
-	files["modules.json"] = strings.Replace(files["modules.json"], "Normalize", "Dense", 2)
-	dir := writeFiles(t, filepath.Join(t.TempDir(), "dense"), files)
+	// A module after pooling that ortserve does not run (a Dense one it runs).
+	files["modules.json"] = strings.Replace(files["modules.json"], "Normalize", "LayerNorm", 2)
+	dir := writeFiles(t, filepath.Join(t.TempDir(), "layernorm"), files)
 	code, log := serveChild(t, "", "--device", "cpu", "--models", "", "--model", dir)
-	if want := "server: models: " + dir + ": modules.json has Dense (2_Dense) after pooling, which ortserve does not run, and onnx/model.onnx has no sentence_embedding output"; code != 1 || !strings.HasPrefix(lastLine(log), want) {
+	if want := "server: models: " + dir + ": modules.json has LayerNorm (2_LayerNorm) after pooling, which ortserve does not run, and onnx/model.onnx has no sentence_embedding output"; code != 1 || !strings.HasPrefix(lastLine(log), want) {
 		t.Errorf("exit %d, last line %q; want 1, %q", code, lastLine(log), want)
 	}
 }

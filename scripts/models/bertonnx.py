@@ -1,6 +1,8 @@
 """BERT written as an ONNX graph with onnx.helper from safetensors weights: no torch.
 
 build.py makes every default graph with it: minilm (the encoder, output last_hidden_state),
+the SPLADE test model (encoder + BertForMaskedLM's head, output logits [batch, sequence, vocab];
+sparse.py),
 sentiment (encoder + mean pooling + L2 normalize + a linear head, output logits [batch, 2]) and
 the reranker (BertForSequenceClassification(num_labels=1): encoder + pooler + classifier, output
 logits [batch, 1]). The graphs have what torch.onnx.export (TorchScript exporter, opset 17) of
@@ -195,14 +197,34 @@ def _pooler_classifier(g, h, w):
                 output="logits", transB=1)
 
 
+def _mlm_head(g, h, w, eps):
+    """BertForMaskedLM's head (BertLMPredictionHead): LayerNorm(gelu(dense(h))) times the word
+    embeddings transposed (the decoder is tied to them, as transformers ties it) plus a bias,
+    per token. The tied table is the embeddings' own initializer: the graph transposes it."""
+    c = "/cls/predictions"
+    t = _dense(g, h, w, "cls.predictions.transform.dense", f"{c}/transform/dense", "cls.predictions.transform.dense")
+    u = g.op("Div", [t, g.const(np.sqrt(2.0))], f"{c}/transform/transform_act_fn/Div")
+    u = g.op("Erf", [u], f"{c}/transform/transform_act_fn/Erf")
+    u = g.op("Add", [u, g.const(1.0)], f"{c}/transform/transform_act_fn/Add")
+    u = g.op("Mul", [t, u], f"{c}/transform/transform_act_fn/Mul")
+    u = g.op("Mul", [u, g.const(0.5)], f"{c}/transform/transform_act_fn/Mul_1")
+    u = _layer_norm(g, u, w, "cls.predictions.transform.LayerNorm", f"{c}/transform/LayerNorm",
+                    "cls.predictions.transform.LayerNorm", eps)
+    et = g.op("Transpose", ["bert.embeddings.word_embeddings.weight"], f"{c}/decoder/Transpose", perm=[1, 0])
+    z = g.op("MatMul", [u, et], f"{c}/decoder/MatMul")
+    return g.op("Add", [z, g.weight("cls.predictions.bias", w["cls.predictions.bias"])], f"{c}/decoder/Add",
+                output="logits")
+
+
 def build(cfg, w, head=None, head_weight=None, head_bias=None, packing=False):
     """The ModelProto. head None: output last_hidden_state [batch, sequence, hidden];
     "sentiment": mean pool + normalize + head_weight [labels, hidden] / head_bias [labels] ->
     logits [batch, labels]; "cross-encoder": w's pooler and classifier (classifier.weight [1,
-    hidden]) -> logits [batch, 1]."""
+    hidden]) -> logits [batch, 1]; "mlm": w's cls.predictions.* (BertForMaskedLM) -> logits
+    [batch, sequence, vocab]."""
     g = _Graph()
-    if packing and head is not None:
-        raise ValueError("packing: only the encoder alone (head None) reads its output per token")
+    if packing and head not in (None, "mlm"):
+        raise ValueError("packing: only a graph whose output is per token (head None or mlm) reads it per text")
     h = _encoder(g, cfg, w, "last_hidden_state" if head is None else None, packing)
     if head is None:
         out = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
@@ -213,6 +235,9 @@ def build(cfg, w, head=None, head_weight=None, head_bias=None, packing=False):
     elif head == "cross-encoder":
         _pooler_classifier(g, h, w)
         out = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", w["classifier.bias"].shape[0]])
+    elif head == "mlm":
+        _mlm_head(g, h, w, float(cfg["layer_norm_eps"]))
+        out = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", cfg["vocab_size"]])
     else:
         raise ValueError(f"head {head!r}")
     inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"]) for n in INPUTS]

@@ -82,7 +82,21 @@ class Bert:
         dz = (1.0 / (1.0 + np.exp(-z)) - y) / len(y)
         return _bce(z, y), self._backward(dz, caches)
 
+    def last_hidden_state(self, ids, types, mask):
+        """The last layer's hidden states [batch, sequence, hidden] (BertModel's
+        last_hidden_state): sparse.py's float64 reference for the SPLADE graph."""
+        return self._encode(ids, types, mask, keep=False)[0]
+
     def _forward(self, ids, types, mask, keep):
+        w = self.w
+        x, c = self._encode(ids, types, mask, keep)
+        h0 = x[:, 0]
+        pooled = np.tanh(_dense(h0, w["pooler.dense.weight"], w["pooler.dense.bias"]))
+        z = _dense(pooled, w["classifier.weight"], w["classifier.bias"])[:, 0]
+        c.update(h0=h0, pooled=pooled, x_shape=x.shape)
+        return z, c
+
+    def _encode(self, ids, types, mask, keep):
         w, H = self.w, self.heads
         B, T = ids.shape
         D = self.hidden // H
@@ -113,11 +127,7 @@ class Bert:
             if keep:
                 lc.update(q=q, k=k, v=v, prob=prob, ctx=ctx, x1=x1, u=u, g=g)
                 c["layers"].append(lc)
-        h0 = x[:, 0]
-        pooled = np.tanh(_dense(h0, w["pooler.dense.weight"], w["pooler.dense.bias"]))
-        z = _dense(pooled, w["classifier.weight"], w["classifier.bias"])[:, 0]
-        c.update(h0=h0, pooled=pooled, x_shape=x.shape)
-        return z, c
+        return x, c
 
     def _backward(self, dz, c):
         w, H = self.w, self.heads

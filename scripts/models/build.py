@@ -84,6 +84,7 @@ CHECKS = {
     "max_rerank_gradient_error": 1e-3,         # berttrain's gradient vs finite differences (float64)
     "max_rerank_logit_diff_ort_vs_numpy": 1e-4,  # golden pairs (short): fp32.onnx vs berttrain's float64 forward
     "max_layout_embedding_diff": 1e-6,         # layouts' graphs against minilm.json
+    "max_splade_diff_ort_vs_numpy": 1e-4,      # layouts/splade pooled, every vocabulary entry, vs float64
 }
 # The versions the build makes from fp32, and those whose invariance it measures (fp16 is
 # ~fp32 and slow on the CPU).
@@ -282,6 +283,7 @@ def main():
     import layouts
     import reference
     import reranker
+    import sparse
 
     src = source_model_dir()
     for name, want in SOURCE_SHA256.items():
@@ -389,6 +391,15 @@ def main():
                     check_fused(d / f"{v}.onnx")
     with T("layouts"):
         lay = layouts.build(out, src, LABELS, MAX_LENGTH, rweights)
+    with T("layouts: splade (BertForMaskedLM + SpladePooling), dense (a Dense module)"):
+        sw = sparse.mlm_weights(cfg, weights)
+        sparse.splade_layout(src, bertonnx.build(cfg, sw, "mlm", packing=True), cfg, sw, out / "layouts" / "splade",
+                             layouts.copy_tokenizer)
+        check_io(out / "layouts" / "splade" / "onnx" / "model.onnx", "logits", 3)
+        sparse.dense_layout(out / "layouts" / "sentence-transformers", out / "layouts" / "dense")
+        for d in ("splade", "dense"):
+            lay["files"][d] = sorted(str(p.relative_to(out / "layouts" / d))
+                                     for p in (out / "layouts" / d).rglob("*") if not p.is_dir())
 
     # ---- evaluation ------------------------------------------------------------------
     acc, ms, fp16_cpu = {}, {"minilm": {"fp32": ms_m32}, "sentiment": {}}, {}
@@ -495,6 +506,9 @@ def main():
         failures.append(f"reranker ranks the expected passage below another for {gold['rerank_expected_top_missed']}")
     if gold["layouts_max_abs_diff_vs_minilm"] > CHECKS["max_layout_embedding_diff"]:
         failures.append(f"a layout's embeddings differ from minilm.json by {gold['layouts_max_abs_diff_vs_minilm']:.2e}")
+    if gold["splade_max_abs_diff_ort_vs_numpy"] > CHECKS["max_splade_diff_ort_vs_numpy"]:
+        failures.append(f"layouts/splade pooled differs from its float64 numpy model by "
+                        f"{gold['splade_max_abs_diff_ort_vs_numpy']:.2e}")
     if graph_vs_head > 1e-4:
         failures.append(f"sentiment fp32.onnx logits differ from the float64 head by {graph_vs_head:.2e}")
 

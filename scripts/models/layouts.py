@@ -31,6 +31,8 @@ already made, the ONNX file is a hard link to it:
                           CrossEncoder (torch) for the committed reranker references
   odd-outputs/            minilm/fp32.onnx with its output renamed and two intermediate tensors
                           added as outputs (ODD_OUTPUTS), config.json (BertModel), tokenizer files
+  splade/, dense/         a SPLADE SparseEncoder (BertForMaskedLM + SpladePooling) and the
+                          sentence-transformers folder with a Dense module: sparse.py writes them
 """
 import hashlib
 import json

@@ -43,6 +43,13 @@ checks them against the committed torch references (the build's graph checks).
                   name and shape; all are the same graph as minilm/fp32.onnx, so mean pooling +
                   normalize of that output gives minilm.json's `ort` embeddings
                   (max_abs_diff_vs_minilm, measured on every text).
+  splade.json     layouts/splade (sparse.py): per text the non-zero entries of SPLADE pooling
+                  (max over tokens of log(1 + relu(logits))) from onnxruntime, `indices`
+                  ascending and their `values`; the header has the largest difference from
+                  the folder's float64 numpy model over every vocabulary entry.
+  dense.json      layouts/dense (sparse.py): per text the 128-d embedding, onnxruntime's
+                  token embeddings + numpy mean pooling, the folder's Dense (Tanh) and L2
+                  normalization. Neither file has a torch side.
 Every text is run alone (batch of 1, no padding).
 Without the reference stack (reference=False) the files keep the `ort` fields and the token ids
 only: no `torch`, `torch_logits`, `logits`/`scores` (reranker: `order` from `ort_logits`).
@@ -404,9 +411,17 @@ def generate(models, out, reference=True):
                 "the content of refs/main; pool `token_embeddings` (mean over attention_mask, "
                 "L2 normalize) to get minilm.json's `ort` embeddings",
         "pooling": "mean", "normalize": True, "layouts": lays})
+    import sparse
+
+    tok_minilm = load_tokenizer(models / "minilm" / "tokenizer.json")
+    hsp, items_sp = sparse.splade_golden(models, TEXTS, tok_minilm, feeds_one, ort_default)
+    dump(out / "splade.json", {**hsp, "versions": versions}, items_sp)
+    hd, items_d = sparse.dense_golden(models, TEXTS, tok_minilm, feeds_one, ort_default)
+    dump(out / "dense.json", {**hd, "versions": versions}, items_d)
     missed = [it["query"] for it in items_r if it["expect_top"] is not None and it["order"][0] != it["expect_top"]]
     stats = {"rerank_expected_top_missed": missed,
              "layouts_max_abs_diff_vs_minilm": max(v["max_abs_diff_vs_minilm"] for v in lays.values()),
+             "splade_max_abs_diff_ort_vs_numpy": hsp["max_abs_diff_ort_vs_numpy64"],
              "n_texts": len(TEXTS)}
     if reference:
         stats |= {"reranker_max_abs_diff_ort_vs_torch": hr["max_abs_diff_ort_vs_torch"],
