@@ -88,9 +88,14 @@ type SimilarityParameters struct {
 func (s *Server) similarity(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req SimilarityRequest
-	if !s.decode(w, r, &req) {
-		return
+	if s.decode(w, r, &req) {
+		s.answerSimilarity(w, r, &req, start)
 	}
+}
+
+// answerSimilarity does /similarity's work for req (and POST /'s for a body whose inputs are
+// an object, the Inference API's sentence-similarity).
+func (s *Server) answerSimilarity(w http.ResponseWriter, r *http.Request, req *SimilarityRequest, start time.Time) {
 	if req.Inputs == nil || req.Inputs.SourceSentence == nil {
 		writeError(w, r, http.StatusUnprocessableEntity, "Validation", `inputs.source_sentence is required: send {"inputs": {"source_sentence": "...", "sentences": ["..."]}}`)
 		return

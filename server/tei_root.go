@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -26,6 +27,8 @@ import (
 //     predictions per input, [[...]], and takes the first: so a request with "parameters" is
 //     answered in that shape, the list cut to top_k, where TEI's /predict answers a single
 //     text with one flat list (from which the client would keep the first prediction alone).
+//   - sentence_similarity: {"inputs": {"source_sentence", "sentences"}, "parameters": {}}:
+//     /similarity's body and answer, on an embed model.
 
 // RootRequest is the body of POST /: TEI's /embed or /predict body, by the model's task, with
 // the Inference API's fields huggingface_hub sends. Fields for the other task are ignored.
@@ -70,6 +73,15 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Inputs) == 0 {
 		req.Inputs = json.RawMessage("null")
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(req.Inputs), []byte("{")) {
+		// {"source_sentence", "sentences"}: sentence similarity, on an embed model, as TEI's
+		// POST / answers it (huggingface_hub's sentence_similarity sends it here).
+		var sr SimilarityRequest
+		if s.decode(w, r, &sr) {
+			s.answerSimilarity(w, r, &sr, start)
+		}
+		return
 	}
 	task := models.TaskEmbed
 	if req.Parameters != nil {

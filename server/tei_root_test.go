@@ -61,6 +61,8 @@ func TestRoot(t *testing.T) {
 		{"top_k past the labels", fakeRepo{"cls": {task: models.TaskClassify}}, `{"inputs":"abc","parameters":{"top_k":5,"function_to_apply":"softmax"}}`, 200, "", `,"label":"negative"}]]`, "cls"},
 		{"sigmoid", fakeRepo{"cls": {task: models.TaskClassify}}, `{"inputs":"abc","parameters":{"function_to_apply":"sigmoid"}}`, 200, "", `[[{"score":` + ftoa(float32(sigmoid(3))) + `,"label":"positive"},{"score":0.5,"label":"negative"}]]`, "cls"},
 		{"none", fakeRepo{"cls": {task: models.TaskClassify}}, `{"inputs":["abc"],"parameters":{"function_to_apply":"none","top_k":2}}`, 200, "", `[[{"score":3,"label":"positive"},{"score":0,"label":"negative"}]]`, "cls"},
+		{"huggingface_hub sentence_similarity: as /similarity", fakeRepo{"a-cls": {task: models.TaskClassify}, "emb": {task: models.TaskEmbed}}, `{"inputs":{"source_sentence":"abc","sentences":["ab","abc"]},"parameters":{}}`, 200, "/similarity", "", "emb"},
+		{"similarity without a source", fakeRepo{"emb": {task: models.TaskEmbed}}, `{"inputs":{"sentences":["ab"]}}`, 422, "", `inputs.source_sentence is required`, ""},
 		{"first embed model for an embedding body", fakeRepo{"b-emb": {task: models.TaskEmbed}, "a-cls": {task: models.TaskClassify}}, `{"inputs":"abc"}`, 200, "/embed", "", "b-emb"},
 		{"first classifier for text classification's parameters", fakeRepo{"a-emb": {task: models.TaskEmbed}, "b-cls": {task: models.TaskClassify}}, `{"inputs":"abc","parameters":{}}`, 200, "", `[[{"score":`, "b-cls"},
 		{"first model when none does the task", fakeRepo{"b-cls": {task: models.TaskClassify}, "c-cls": {task: models.TaskClassify}}, `{"inputs":"abc"}`, 200, "/predict", "", "b-cls"},

@@ -218,8 +218,9 @@ func sizes(ps []*int) []any {
 }
 
 // TestHuggingFaceHubClient drives huggingface_hub's InferenceClient(model=URL), which posts
-// to the URL itself, against a server with make run's models: feature_extraction reaches the
-// embedder and text_classification the classifier, each by the shape of its body.
+// to the URL itself, against a server with make run's models: feature_extraction and
+// sentence_similarity reach the embedder and text_classification the classifier, each by the
+// shape of its body.
 func TestHuggingFaceHubClient(t *testing.T) {
 	t.Parallel()
 	var texts []string
@@ -248,6 +249,23 @@ func TestHuggingFaceHubClient(t *testing.T) {
 				if len(v) != 384 || cosine(v, run.want[i]) < 0.999999 || math.Abs(norm(v)-norm(run.want[i])) > 1e-4*norm(run.want[i]) {
 					t.Errorf("%s, text %d: %d dims, cosine %.7f with /embed, norm %v vs %v", run.name, i, len(v), cosine(v, run.want[i]), norm(v), norm(run.want[i]))
 				}
+			}
+		}
+	})
+
+	t.Run("sentence_similarity", func(t *testing.T) {
+		var ref []float32
+		postJSON(t, url+"/similarity", map[string]any{"inputs": map[string]any{"source_sentence": texts[0], "sentences": texts[1:]}}, &ref)
+		var got struct {
+			Similarity []float32 `json:"similarity"`
+		}
+		runClient(t, "hf_inference.py", texts, &got, url, "sentence-similarity")
+		if len(got.Similarity) != len(texts)-1 || len(ref) != len(texts)-1 {
+			t.Fatalf("%d similarities from the client, %d from /similarity; want %d", len(got.Similarity), len(ref), len(texts)-1)
+		}
+		for i, sim := range got.Similarity {
+			if math.Abs(float64(sim-ref[i])) > 1e-6 || sim < -1 || sim > 1 {
+				t.Errorf("sentence %d: %v from the client, %v from /similarity", i+1, sim, ref[i])
 			}
 		}
 	})

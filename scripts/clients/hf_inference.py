@@ -3,6 +3,7 @@
 usage: hf_inference.py BASE_URL feature-extraction < texts.json
        hf_inference.py BASE_URL feature-extraction-prompt PROMPT_NAME < texts.json
        hf_inference.py BASE_URL text-classification < texts.json
+       hf_inference.py BASE_URL sentence-similarity < texts.json
 
 InferenceClient(model=BASE_URL) posts each task to the URL itself, POST /, which serves the
 server's first model. feature-extraction prints {"single": ..., "batch": ..., "raw": ...}: the
@@ -12,7 +13,9 @@ them with normalize=False (and the other TEI fields set). feature-extraction-pro
 truncation_direction="right" set too), and with dimensions=128. text-classification prints
 {"default": ..., "top1": ..., "none": ..., "sigmoid": ...}: per text, the [{label, score}]
 text_classification returned by default, with top_k=1, and with function_to_apply "none"
-and "sigmoid". cmd/server/clients_test.go compares them with /embed and /predict.
+and "sigmoid". sentence-similarity prints {"similarity": ...}: what sentence_similarity
+returned for the first text against the others. cmd/server/clients_test.go compares them
+with /embed, /predict and /similarity.
 """
 
 import json
@@ -51,8 +54,13 @@ def main() -> None:
             "none": [predictions(client.text_classification(t, function_to_apply="none")) for t in texts],
             "sigmoid": [predictions(client.text_classification(t, function_to_apply="sigmoid")) for t in texts],
         }
+    elif task == "sentence-similarity":
+        out = {"similarity": client.sentence_similarity(texts[0], other_sentences=texts[1:])}
     else:
-        sys.exit(f"unknown task {task!r}: feature-extraction, feature-extraction-prompt or text-classification")
+        sys.exit(
+            f"unknown task {task!r}: feature-extraction, feature-extraction-prompt, text-classification"
+            " or sentence-similarity"
+        )
     json.dump(out, sys.stdout)
 
 
