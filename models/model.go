@@ -433,7 +433,7 @@ type EmbedOptions struct {
 // caller's, even those served from the response cache. A prompt or dimensions the model
 // cannot serve is an *OptionError.
 func (m *Model) Embed(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]float32, Stats, error) {
-	texts, err := m.withPrompt(texts, o)
+	texts, err := m.WithPrompt(texts, o)
 	if err != nil {
 		return nil, Stats{}, err
 	}
@@ -464,10 +464,10 @@ func (m *Model) Embed(ctx context.Context, version string, texts []string, o Emb
 	return vecs, st, nil
 }
 
-// withPrompt returns texts with o's prompt (Prompt, FallbackPrompt) before each, or texts as
+// WithPrompt returns texts with o's prompt (Prompt, FallbackPrompt) before each, or texts as
 // they are when there is none; an embed or sparse model only (on another, run says the task
-// is wrong).
-func (m *Model) withPrompt(texts []string, o EmbedOptions) ([]string, error) {
+// is wrong). A prompt the model does not have is an *OptionError.
+func (m *Model) WithPrompt(texts []string, o EmbedOptions) ([]string, error) {
 	if m.Config.Task != TaskEmbed && m.Config.Task != TaskSparse {
 		return texts, nil
 	}
@@ -486,7 +486,7 @@ func (m *Model) withPrompt(texts []string, o EmbedOptions) ([]string, error) {
 // vocabulary index, computed by version as Embed's. The model's task must be TaskSparse.
 // The response cache keeps the pooled vectors; the lists are the caller's.
 func (m *Model) EmbedSparse(ctx context.Context, version string, texts []string, o EmbedOptions) ([][]SparseValue, Stats, error) {
-	texts, err := m.withPrompt(texts, o)
+	texts, err := m.WithPrompt(texts, o)
 	if err != nil {
 		return nil, Stats{}, err
 	}

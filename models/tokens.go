@@ -65,7 +65,7 @@ func (m *Model) EmbedAll(ctx context.Context, version string, texts []string, o 
 	if m.Config.Task == TaskEmbed && m.Config.Pooling == PoolingNone {
 		return nil, Stats{}, &PooledOnlyError{Model: m.Config.Name, Output: m.Config.Output}
 	}
-	texts, err := m.withPrompt(texts, o)
+	texts, err := m.WithPrompt(texts, o)
 	if err != nil {
 		return nil, Stats{}, err
 	}

@@ -33,6 +33,9 @@ type Pipeline interface {
 	Dimension() int
 	// Tokenize returns each text's tokens for display (/tokenize); the slices are the caller's.
 	Tokenize(texts []string, addSpecial bool) ([][]tokenize.Token, error)
+	// WithPrompt returns texts with the prompt o names (or the model's default) before each,
+	// as Embed tokenizes them; a prompt the model does not have is a *models.OptionError.
+	WithPrompt(texts []string, o models.EmbedOptions) ([]string, error)
 }
 
 // Repository is what the server needs of the model repository.

@@ -115,6 +115,7 @@ func (s *Server) Handler() http.Handler {
 		r.Get("/ping", s.ping)                                       // SageMaker's /health
 		r.Post("/tokenize", s.tokenize)
 		r.Get("/openapi.json", s.openAPI)
+		r.Get("/api-doc/openapi.json", s.openAPI) // where TEI serves it
 		if s.cfg.Metrics != nil {
 			r.Method(http.MethodGet, "/metrics", s.cfg.Metrics)
 		}

@@ -198,6 +198,21 @@ func (f *fakeModel) Labels() []string { return []string{"negative", "positive"} 
 
 func (f *fakeModel) Dimension() int { return 3 }
 
+// WithPrompt puts "query: " before each text for the fake's one prompt, "query".
+func (f *fakeModel) WithPrompt(texts []string, o models.EmbedOptions) ([]string, error) {
+	if err := fakePrompt(o); err != nil {
+		return nil, err
+	}
+	if o.Prompt == "" {
+		return texts, nil
+	}
+	out := make([]string, len(texts))
+	for i, t := range texts {
+		out[i] = o.Prompt + ": " + t
+	}
+	return out, nil
+}
+
 // Tokenize gives a token per space-separated word, with id the word's length, between
 // [CLS]=101 and [SEP]=102.
 func (f *fakeModel) Tokenize(texts []string, addSpecial bool) ([][]tokenize.Token, error) {
@@ -610,6 +625,7 @@ func TestContentLength(t *testing.T) {
 		code                     int
 	}{
 		{"openapi.json", "GET", "/openapi.json", "", 200},
+		{"openapi.json where TEI serves it", "GET", "/api-doc/openapi.json", "", 200},
 		{"embed", "POST", "/embed", `{"inputs":["a","bb"]}`, 200},
 		{"error", "POST", "/embed", `{"inputs":3}`, 422},
 	}

@@ -8,10 +8,13 @@ import (
 )
 
 // TokenizeRequest is TEI's /tokenize body, plus an optional model (default: the first embed
-// model). Tokens are cut at the model's maximum length, as /embed cuts them.
+// model). Tokens are cut at the model's maximum length, as /embed cuts them. PromptName is
+// /embed's: the tokens are those of the prompt and the text joined, offsets into the joined
+// text, as /embed tokenizes them (the model's default prompt too, when the request names none).
 type TokenizeRequest struct {
 	Inputs           Inputs `json:"inputs"`
 	AddSpecialTokens *bool  `json:"add_special_tokens"` // default true, as TEI
+	PromptName       string `json:"prompt_name,omitempty"`
 	Model            string `json:"model,omitempty"`
 }
 
@@ -41,14 +44,19 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	toks, err := p.Tokenize(req.Inputs, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
+	texts, err := p.WithPrompt(req.Inputs, models.EmbedOptions{Prompt: req.PromptName, FallbackPrompt: s.cfg.DefaultPromptName})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	toks, err := p.Tokenize(texts, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	out := make([][]SimpleToken, len(toks))
 	for i, ts := range toks {
-		text := req.Inputs[i]
+		text := texts[i]
 		out[i] = make([]SimpleToken, len(ts))
 		for j, t := range ts {
 			st := SimpleToken{ID: t.ID, Text: t.Text, Special: t.Special}

@@ -328,6 +328,8 @@ func batteryCases() []badRequest {
 	}
 	add("raw_scores a number", "/predict", `{"inputs":"hello","raw_scores":1}`, 422)
 	add("add_special_tokens a string", "/tokenize", `{"inputs":"hello","add_special_tokens":"yes"}`, 422)
+	add("tokenize prompt_name on a model without prompts", "/tokenize", `{"inputs":"hello","prompt_name":"query"}`, 422)
+	add("tokenize prompt_name a number", "/tokenize", `{"inputs":"hello","prompt_name":1}`, 422)
 	// Pairs (["a","b"], [["a","b"]]) are served: the classifier reads them through its
 	// tokenizer's pair template.
 	for _, in := range []string{`["a","b","c"]`, `[["a","b","c"]]`, `[["a"],"b"]`, `["a",["b"]]`, `[["a"],[]]`, `[["a"],null]`, `[["a"],[1]]`} {

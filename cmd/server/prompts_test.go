@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -92,6 +93,19 @@ func TestPromptsAndDimensions(t *testing.T) {
 	}
 	if !changed {
 		t.Errorf("prompt_name changed no vector: was the prompt put before the text?")
+	}
+
+	// /tokenize and /embed_all put the prompt before the text too, as /embed tokenizes it.
+	var tokPrompted, tokJoined, allPrompted, allJoined any
+	postJSON(t, url+"/tokenize", map[string]any{"inputs": texts[:2], "prompt_name": "query"}, &tokPrompted)
+	postJSON(t, url+"/tokenize", map[string]any{"inputs": joined[:2]}, &tokJoined)
+	postJSON(t, url+"/embed_all", map[string]any{"inputs": texts[:1], "prompt_name": "query"}, &allPrompted)
+	postJSON(t, url+"/embed_all", map[string]any{"inputs": joined[:1]}, &allJoined)
+	if !reflect.DeepEqual(tokPrompted, tokJoined) {
+		t.Errorf("/tokenize with prompt_name: %v; want the tokens of the joined text, %v", tokPrompted, tokJoined)
+	}
+	if !reflect.DeepEqual(allPrompted, allJoined) {
+		t.Error("/embed_all with prompt_name differs from /embed_all of the joined text")
 	}
 
 	// Dimensions: the first values of the whole vector, normalized again.
