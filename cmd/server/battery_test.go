@@ -270,8 +270,11 @@ func batteryCases() []badRequest {
 	for _, p := range []string{"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/minilm/versions/nosuch", "/v2/models/minilm/versions/nosuch/ready", "/v2/models/minilm/versions/"} {
 		cases = append(cases, badRequest{name: "unknown model or version", method: http.MethodGet, path: p, want: 404})
 	}
-	for _, p := range []string{"/health", "/ping", "/info", "/metrics", "/openapi.json", "/v2/health/live", "/v2/health/ready", "/v2/models/minilm", "/v2/models/minilm/ready"} {
+	for _, p := range []string{"/health", "/ping", "/info", "/metrics", "/openapi.json", "/api-doc/openapi.json", "/v1/models", "/v1/models/minilm", "/v2/health/live", "/v2/health/ready", "/v2/models/minilm", "/v2/models/minilm/ready"} {
 		add("POST to a GET route", p, `{}`, 405)
+	}
+	for _, p := range []string{"/v1/models/nosuch", "/v1/models/minilm/nosuch", "/v1/models/minilm/fp32/x"} {
+		cases = append(cases, badRequest{name: "unknown OpenAI model", method: http.MethodGet, path: p, want: 404})
 	}
 
 	// Model names and versions.
