@@ -27,20 +27,30 @@ func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedR
 	if !ok || !s.checkInputs(w, r, req.Inputs, opts.Truncate) {
 		return
 	}
-	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
+	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(p Pipeline) ([][]float32, models.Stats, error) {
+		return p.Embed(r.Context(), req.Version, req.Inputs, opts)
+	}, appendEmbeddings)
+}
+
+// runModel acquires the model named (or the first that does task), runs call on it and
+// answers 200 with what it returns, encoded by enc, and the timing headers; or answers the
+// error (fail). It is what every inference route does once it has checked its request.
+func runModel[T any](s *Server, w http.ResponseWriter, r *http.Request, model string, task models.Task, start time.Time,
+	call func(Pipeline) (T, models.Stats, error), enc func([]byte, T) ([]byte, error)) {
+	p, name, release, err := s.repo.Acquire(model, task)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	defer release()
-	vecs, st, err := p.Embed(r.Context(), req.Version, req.Inputs, opts)
+	out, st, err := call(p)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	note(r, name, st)
 	setTiming(w, name, st, start)
-	writeEncoded(w, r, http.StatusOK, vecs, appendEmbeddings)
+	writeEncoded(w, r, http.StatusOK, out, enc)
 }
 
 // embedOptions are the models.EmbedOptions of an embedding request's fields: truncate as it

@@ -45,20 +45,9 @@ func (s *Server) embedAll(w http.ResponseWriter, r *http.Request) {
 	if !ok || !s.checkInputs(w, r, req.Inputs, opts.Truncate) {
 		return
 	}
-	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer release()
-	vecs, st, err := p.EmbedAll(r.Context(), req.Version, req.Inputs, opts)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	note(r, name, st)
-	setTiming(w, name, st, start)
-	writeEncoded(w, r, http.StatusOK, vecs, func(b []byte, v [][][]float32) ([]byte, error) {
+	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(p Pipeline) ([][][]float32, models.Stats, error) {
+		return p.EmbedAll(r.Context(), req.Version, req.Inputs, opts)
+	}, func(b []byte, v [][][]float32) ([]byte, error) {
 		return appendList(b, v, appendEmbeddings)
 	})
 }
@@ -111,24 +100,17 @@ func (s *Server) answerSimilarity(w http.ResponseWriter, r *http.Request, req *S
 	if !ok || !s.checkInputs(w, r, texts, opts.Truncate) {
 		return
 	}
-	p, name, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer release()
-	vecs, st, err := p.Embed(r.Context(), req.Version, texts, opts)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	sims := make([]float32, len(vecs)-1)
-	for i, v := range vecs[1:] {
-		sims[i] = cosine(vecs[0], v)
-	}
-	note(r, name, st)
-	setTiming(w, name, st, start)
-	writeEncoded(w, r, http.StatusOK, sims, appendFloat32s)
+	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(p Pipeline) ([]float32, models.Stats, error) {
+		vecs, st, err := p.Embed(r.Context(), req.Version, texts, opts)
+		if err != nil {
+			return nil, st, err
+		}
+		sims := make([]float32, len(vecs)-1)
+		for i, v := range vecs[1:] {
+			sims[i] = cosine(vecs[0], v)
+		}
+		return sims, st, nil
+	}, appendFloat32s)
 }
 
 // cosine is the cosine similarity of a and b, computed in float64; 0 when either is zero.
