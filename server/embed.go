@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -27,8 +28,8 @@ func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedR
 	if !ok || !s.checkInputs(w, r, req.Inputs, opts.Truncate) {
 		return
 	}
-	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(p Pipeline) ([][]float32, models.Stats, error) {
-		return p.Embed(r.Context(), req.Version, req.Inputs, opts)
+	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(ctx context.Context, p Pipeline) ([][]float32, models.Stats, error) {
+		return p.Embed(ctx, req.Version, req.Inputs, opts)
 	}, appendEmbeddings)
 }
 
@@ -36,14 +37,14 @@ func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedR
 // answers 200 with what it returns, encoded by enc, and the timing headers; or answers the
 // error (fail). It is what every inference route does once it has checked its request.
 func runModel[T any](s *Server, w http.ResponseWriter, r *http.Request, model string, task models.Task, start time.Time,
-	call func(Pipeline) (T, models.Stats, error), enc func([]byte, T) ([]byte, error)) {
+	call func(context.Context, Pipeline) (T, models.Stats, error), enc func([]byte, T) ([]byte, error)) {
 	p, name, release, err := s.repo.Acquire(model, task)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	defer release()
-	out, st, err := call(p)
+	out, st, err := call(r.Context(), p)
 	if err != nil {
 		s.fail(w, r, err)
 		return

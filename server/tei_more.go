@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -45,8 +46,8 @@ func (s *Server) embedAll(w http.ResponseWriter, r *http.Request) {
 	if !ok || !s.checkInputs(w, r, req.Inputs, opts.Truncate) {
 		return
 	}
-	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(p Pipeline) ([][][]float32, models.Stats, error) {
-		return p.EmbedAll(r.Context(), req.Version, req.Inputs, opts)
+	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(ctx context.Context, p Pipeline) ([][][]float32, models.Stats, error) {
+		return p.EmbedAll(ctx, req.Version, req.Inputs, opts)
 	}, func(b []byte, v [][][]float32) ([]byte, error) {
 		return appendList(b, v, appendEmbeddings)
 	})
@@ -100,8 +101,8 @@ func (s *Server) answerSimilarity(w http.ResponseWriter, r *http.Request, req *S
 	if !ok || !s.checkInputs(w, r, texts, opts.Truncate) {
 		return
 	}
-	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(p Pipeline) ([]float32, models.Stats, error) {
-		vecs, st, err := p.Embed(r.Context(), req.Version, texts, opts)
+	runModel(s, w, r, req.Model, models.TaskEmbed, start, func(ctx context.Context, p Pipeline) ([]float32, models.Stats, error) {
+		vecs, st, err := p.Embed(ctx, req.Version, texts, opts)
 		if err != nil {
 			return nil, st, err
 		}
