@@ -12,20 +12,19 @@ import (
 )
 
 // Observer wraps obs, a model version's batch observer, so that each batch the version
-// runs is a span: "batch", a child of the span of the first sampled request it serves, with
-// a link to each sampled request's span and from each to it, so that every request's trace
-// leads to the batch that served it and the batch to all of them. A batch that serves no
-// sampled request makes no span.
-func (t *Tracing) Observer(obs runtime.Observer, model, version string) runtime.Observer {
-	return batchObserver{Observer: obs, tracer: t.Tracer(), attrs: []attribute.KeyValue{
+// runs is a span: "batch", a child of the span of the first sampled request it serves (by
+// that span's tracer provider), with a link to each sampled request's span and from each to
+// it, so that every request's trace leads to the batch that served it and the batch to all
+// of them. A batch that serves no sampled request makes no span.
+func Observer(obs runtime.Observer, model, version string) runtime.Observer {
+	return batchObserver{Observer: obs, attrs: []attribute.KeyValue{
 		attribute.String("ortserve.model", model), attribute.String("ortserve.version", version),
 	}}
 }
 
 type batchObserver struct {
 	runtime.Observer
-	tracer trace.Tracer
-	attrs  []attribute.KeyValue // the version's
+	attrs []attribute.KeyValue // the version's
 }
 
 func (o batchObserver) Trace(d runtime.Dispatch) func(error) {
@@ -49,7 +48,8 @@ func (o batchObserver) Trace(d runtime.Dispatch) func(error) {
 		attribute.Int("ortserve.batch.requests", d.RequestCount()),
 		attribute.Bool("ortserve.batch.packed", d.Packed),
 	)
-	_, span := o.tracer.Start(parent, "batch", trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	tracer := trace.SpanFromContext(parent).TracerProvider().Tracer(Instrumentation)
+	_, span := tracer.Start(parent, "batch", trace.WithLinks(links...), trace.WithAttributes(attrs...))
 	// The other requests' spans link back to the batch. A span already ended (its client
 	// left) takes no link: the SDK ignores changes to an ended span.
 	back := trace.Link{SpanContext: span.SpanContext()}

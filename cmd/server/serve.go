@@ -61,7 +61,7 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 		log = slog.New(tracing.LogHandler(log.Handler()))
 		c.HTTP.Tracing = &server.Tracing{Tracer: tr.Tracer(), Propagator: tr.Propagator()}
 		observe = func(model, ver string) runtime.Observer {
-			return tr.Observer(metrics.Observer(model, ver), model, ver)
+			return tracing.Observer(metrics.Observer(model, ver), model, ver)
 		}
 		log.Info("tracing", "otlp_endpoint", c.Tracing.Endpoint, "otlp_protocol", c.Tracing.Protocol)
 	}
