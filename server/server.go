@@ -215,7 +215,7 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 			sw := &statusWriter{ResponseWriter: w}
 			ri := &reqInfo{}
 			if t := s.cfg.Tracing; t != nil {
-				ctx, span := t.startRequest(r, route)
+				ctx, span := t.startRequest(r.Context(), r, route)
 				r = r.WithContext(ctx)
 				defer func() { endRequest(span, cmp.Or(sw.code, http.StatusOK), ri) }()
 			}

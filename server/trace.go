@@ -21,9 +21,9 @@ type Tracing struct {
 }
 
 // startRequest starts the span of an inference request on route, a child of the trace its
-// headers carry, and returns the request's context with it.
-func (t *Tracing) startRequest(r *http.Request, route string) (context.Context, trace.Span) {
-	ctx := t.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+// headers carry, under ctx (the request's), and returns ctx with it.
+func (t *Tracing) startRequest(ctx context.Context, r *http.Request, route string) (context.Context, trace.Span) {
+	ctx = t.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	return t.Tracer.Start(ctx, r.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.HTTPRoute(route), semconv.URLPath(r.URL.Path)))
 }
