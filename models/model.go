@@ -373,9 +373,11 @@ func (m *Model) run(ctx context.Context, version string, task Task, inputs []Inp
 			return out, st, nil
 		}
 	}
+	tr := tracer(ctx)
 	start := time.Now()
 	encs, err := m.encode(todo, a.cut)
 	if err != nil {
+		traceTokenize(ctx, tr, start, len(todo), st, err)
 		// The tokenizer saw only the misses: name the input by its place in the request.
 		var tooLong *tokenize.TooLongError
 		if misses != nil && errors.As(err, &tooLong) && tooLong.Index >= 0 && tooLong.Index < len(misses) {
@@ -390,7 +392,13 @@ func (m *Model) run(ctx context.Context, version string, task Task, inputs []Inp
 		}
 	}
 	st.Tokenize = time.Since(start)
+	traceTokenize(ctx, tr, start, len(todo), st, nil)
+	var sent time.Time
+	if tr != nil {
+		sent = time.Now()
+	}
 	tensors, es, err := v.exec.Execute(ctx, encs)
+	traceExecute(ctx, tr, sent, es, err)
 	st.Queue, st.Inference, st.Batches = es.Queue, es.Inference, es.Batches
 	if err != nil {
 		return nil, st, err

@@ -248,10 +248,11 @@ func (l *loop) dispatch(p plan) {
 	predicted := l.b.cost.Predict(in.Rows, in.Cols)
 	l.nextID++
 	l.runs = append(l.runs, running{id: l.nextID, end: now.Add(predicted), rows: batch})
+	end := l.b.obs.Trace(Dispatch{Texts: len(batch), Rows: in.Rows, PaddedTokens: in.Rows * in.Cols, RealTokens: realTokens, Packed: p.layout != nil, rows: batch})
 	l.b.obs.Batch(len(batch), in.Rows*in.Cols, realTokens)
 	c := classOf(len(batch), realTokens, longest, l.b.pack)
 	l.regret.dispatched(c, len(batch))
-	go l.b.runBatch(finished{id: l.nextID, single: single, class: c, predicted: predicted}, batch, in, now, l.finished)
+	go l.b.runBatch(finished{id: l.nextID, single: single, class: c, predicted: predicted}, batch, in, now, l.finished, end)
 }
 
 // done takes in a finished batch: its session is free, and its run time teaches the
@@ -288,13 +289,17 @@ func (l *loop) done(f finished) {
 
 // runBatch runs a batch's tensors in, dispatched at start, hands its rows their results and
 // reports f on done. It runs on a goroutine of its own, and touches none of the loop's state.
-func (b *Batcher) runBatch(f finished, batch []row, in tokenize.Batch, start time.Time, done chan<- finished) {
+// end, when not nil, is the observer's, told how the run went before the rows are answered.
+func (b *Batcher) runBatch(f finished, batch []row, in tokenize.Batch, start time.Time, done chan<- finished, end func(error)) {
 	defer func() { done <- f }()
 	// The batch serves several requests: no one request's context may cancel it, only an
 	// Abort past its cutoff.
 	out, err := b.pool.Run(b.runCtx, in)
 	if err != nil && b.runCtx.Err() != nil {
 		err = fmt.Errorf("%w: the batch was cut short at shutdown", ErrClosed)
+	}
+	if end != nil {
+		end(err)
 	}
 	f.took, f.ok = time.Since(start), err == nil
 	var res []Tensor

@@ -241,3 +241,6 @@ func (o batchObserver) Refused(reason string) { o.refused.WithLabelValues(reason
 
 // Control is for logs; the controller's state reaches the metrics at scrape time.
 func (batchObserver) Control(runtime.SchedulerState, bool) {}
+
+// Trace traces nothing: the metrics count batches in Batch; tracing wraps this observer.
+func (batchObserver) Trace(runtime.Dispatch) func(error) { return nil }

@@ -129,7 +129,7 @@ func (s *Server) answerRerank(w http.ResponseWriter, r *http.Request, req *Reran
 func (s *Server) finiteScores(w http.ResponseWriter, r *http.Request, scores []float32) bool {
 	for i, sc := range scores {
 		if f := float64(sc); math.IsNaN(f) || math.IsInf(f, 0) {
-			s.log.Error("request failed: a score is not finite", "path", r.URL.Path, "text", i, "score", f)
+			s.log.ErrorContext(r.Context(), "request failed: a score is not finite", "path", r.URL.Path, "text", i, "score", f)
 			writeError(w, r, http.StatusInternalServerError, "Backend", fmt.Sprintf("inference failed: the score of text %d is %v", i, sc))
 			return false
 		}

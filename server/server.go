@@ -58,6 +58,8 @@ type Config struct {
 	// AllowedHosts, when any, are the only Host names (lower case, no port) answered; others
 	// get 403.
 	AllowedHosts []string
+	// Tracing, when set, traces the inference requests (trace.go); nil: none, at no cost.
+	Tracing *Tracing
 }
 
 // DefaultConfig has the defaults `server serve` uses.
@@ -212,6 +214,11 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 			start := time.Now()
 			sw := &statusWriter{ResponseWriter: w}
 			ri := &reqInfo{}
+			if t := s.cfg.Tracing; t != nil {
+				ctx, span := t.startRequest(r.Context(), r, route)
+				r = r.WithContext(ctx)
+				defer func() { endRequest(span, cmp.Or(sw.code, http.StatusOK), ri) }()
+			}
 			defer func() {
 				s.metrics.observe(route, ri.model, ri.version, cmp.Or(sw.code, http.StatusOK), ri.stats, time.Since(start))
 			}()
@@ -401,6 +408,8 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 
 // decode reads a JSON body into v, answering the client itself on failure.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	span := childSpan(r.Context(), "decode")
+	defer endSpan(span)
 	body, ok := s.body(w, r)
 	if !ok {
 		return false
@@ -543,7 +552,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, runtime.ErrClosed):
 		writeError(w, r, http.StatusServiceUnavailable, "Unhealthy", "the server is shutting down: retry on another replica")
 	default:
-		s.log.Error("request failed", "path", r.URL.Path, "err", err)
+		s.log.ErrorContext(r.Context(), "request failed", "path", r.URL.Path, "err", err)
 		writeError(w, r, http.StatusInternalServerError, "Backend", "inference failed: "+err.Error())
 	}
 }

@@ -22,11 +22,15 @@ import (
 	"github.com/ortserve/ortserve/server"
 	"github.com/ortserve/ortserve/tokenize"
 	"github.com/ortserve/ortserve/tokenize/hf"
+	"github.com/ortserve/ortserve/tracing"
 )
 
 // nopBackend is the real HF tokenizer and the real batcher over sessions that answer at once
 // (nopHidden): a server on it costs everything but inference.
-type nopBackend struct{ batch runtime.BatchConfig }
+type nopBackend struct {
+	batch   runtime.BatchConfig
+	observe func(model, version string) runtime.Observer // nil: none
+}
 
 func (nopBackend) Device() string { return "cpu" }
 
@@ -36,7 +40,11 @@ func (nopBackend) Tokenizer(path string, maxLen int) (tokenize.Tokenizer, error)
 
 func (b nopBackend) Executor(spec models.ExecSpec) (models.Executor, error) {
 	pool := runtime.NewPool([]runtime.Session{nopHidden{}, nopHidden{}}) // as on 2 cores
-	return nopExecutor{runtime.NewBatcher(b.batch, pool, nil), pool}, nil
+	var obs runtime.Observer
+	if b.observe != nil {
+		obs = b.observe(spec.Model, spec.Version)
+	}
+	return nopExecutor{runtime.NewBatcher(b.batch, pool, obs), pool}, nil
 }
 
 type nopExecutor struct {
@@ -87,6 +95,8 @@ func (nopHidden) Close() error { return nil }
 //     client's share.
 //   - handler/clients=1: the same, straight into the server's http.Handler (no connection, no
 //     client): the server's own time and allocations.
+//   - handler/clients=1/traced: the same, traced with every request sampled, exporting over
+//     OTLP gRPC to an in-process receiver: what tracing costs a request.
 //   - loopback/clients=64: 64 concurrent clients on the default config (5 ms window, batches
 //     of up to 32): ns/op is wall time per request on all cores, i.e. the most requests per
 //     second the serving path could carry with free inference.
@@ -101,20 +111,34 @@ func BenchmarkServeOverhead(b *testing.B) {
 		clients int
 		window  time.Duration
 		handler bool
+		traced  bool
 	}{
-		{"loopback/clients=1", 1, 0, false},
-		{"handler/clients=1", 1, 0, true},
-		{"loopback/clients=64", 64, runtime.DefaultBatchConfig().MaxQueueDelay, false},
+		{"loopback/clients=1", 1, 0, false, false},
+		{"handler/clients=1", 1, 0, true, false},
+		{"handler/clients=1/traced", 1, 0, true, true},
+		{"loopback/clients=64", 64, runtime.DefaultBatchConfig().MaxQueueDelay, false, false},
 	} {
 		// One server per case for all of b.Run's calls (it ramps b.N on the same server).
 		cfg := runtime.DefaultBatchConfig()
 		cfg.MaxQueueDelay = tc.window
 		log := slog.New(slog.DiscardHandler)
-		repo, err := models.OpenRepository(repoDir, nopBackend{cfg}, log)
+		backend, scfg := nopBackend{batch: cfg}, server.DefaultConfig()
+		stopTracing := func() {}
+		if tc.traced {
+			_, endpoint := startReceiver(b)
+			tr, err := tracing.New(b.Context(), tracing.Config{Endpoint: endpoint}, "bench", func(string) string { return "" })
+			if err != nil {
+				b.Fatal(err)
+			}
+			stopTracing = func() { tr.Shutdown(context.Background()) }
+			backend.observe = func(m, v string) runtime.Observer { return tracing.Observer(runtime.NopObserver{}, m, v) }
+			scfg.Tracing = &server.Tracing{Tracer: tr.Tracer(), Propagator: tr.Propagator()}
+		}
+		repo, err := models.OpenRepository(repoDir, backend, log)
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv := server.New(server.DefaultConfig(), server.FromModels(repo), log, nil)
+		srv := server.New(scfg, server.FromModels(repo), log, nil)
 		srv.SetReady(true)
 		h := srv.Handler()
 		ts := httptest.NewServer(h)
@@ -191,5 +215,6 @@ func BenchmarkServeOverhead(b *testing.B) {
 		client.CloseIdleConnections()
 		ts.Close()
 		repo.Close()
+		stopTracing()
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/ortserve/ortserve/runtime/engine"
 	"github.com/ortserve/ortserve/runtime/ort"
 	"github.com/ortserve/ortserve/server"
+	"github.com/ortserve/ortserve/tracing"
 )
 
 func runServe(ctx context.Context, args []string, stdout io.Writer) error {
@@ -45,8 +46,27 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 	// what a soak watches for leaks (soak_test.go).
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := server.NewMetrics(reg)
+	tr, err := tracing.New(ctx, c.Tracing, version, os.Getenv)
+	if err != nil {
+		return err
+	}
+	observe := metrics.Observer
+	if tr != nil {
+		// Flushed last, after the models have answered what they admitted.
+		defer func() {
+			if err := tr.Shutdown(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("tracing: spans lost at shutdown", "err", err)
+			}
+		}()
+		log = slog.New(tracing.LogHandler(log.Handler()))
+		c.HTTP.Tracing = &server.Tracing{Tracer: tr.Tracer(), Propagator: tr.Propagator()}
+		observe = func(model, ver string) runtime.Observer {
+			return tracing.Observer(metrics.Observer(model, ver), model, ver)
+		}
+		log.Info("tracing", "otlp_endpoint", c.Tracing.Endpoint, "otlp_protocol", c.Tracing.Protocol)
+	}
 	ec := engineConfig(c)
-	ec.Observe, ec.Log, ec.Background = metrics.Observer, log, true
+	ec.Observe, ec.Log, ec.Background = observe, log, true
 	b, err := newEngine(env, ec, log, "serving")
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
 	"github.com/ortserve/ortserve/server"
+	"github.com/ortserve/ortserve/tracing"
 )
 
 // Serve is everything `server serve` takes: defaults, then a --config file, then ORTSERVE_*
@@ -57,6 +58,9 @@ type Serve struct {
 	Conn       Conn
 	// APIKeyFile holds API keys, one a line, added to HTTP.APIKeys at validation.
 	APIKeyFile string
+	// Tracing is where OpenTelemetry traces go; its zero value (and no OTEL_EXPORTER_OTLP_*
+	// endpoint) is off.
+	Tracing tracing.Config
 }
 
 // Conn is how serve's HTTP server treats connections (server.Conn).
@@ -154,6 +158,8 @@ func flags(c *Serve) *flag.FlagSet {
 	fs.StringVar(&c.APIKeyFile, "api-key-file", c.APIKeyFile, "file of API keys, one a line (# comments), as --api-key")
 	fs.Var(listFlag{&c.HTTP.AuthExempt}, "auth-exempt", "routes open without a key, comma-separated: health (/health, /v2/health/*), metrics (/metrics)")
 	fs.Var(listFlag{&c.HTTP.AllowedHosts}, "allowed-hosts", "the Host names answered, comma-separated (others: 403), against DNS rebinding; empty: any")
+	fs.StringVar(&c.Tracing.Endpoint, "otlp-endpoint", c.Tracing.Endpoint, "send OpenTelemetry traces to this OTLP collector: grpc://host:4317, or http(s)://host:port with --otlp-protocol; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing (docs/metrics.md#tracing)")
+	fs.StringVar(&c.Tracing.Protocol, "otlp-protocol", c.Tracing.Protocol, "grpc or http/protobuf; empty: grpc for grpc://, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc")
 	fs.IntVar(&c.Conn.MaxConnsPerClient, "max-conns-per-client", c.Conn.MaxConnsPerClient, "most connections one IP address may hold open; past it, 429 at connect; 0: no cap (leave it off behind a proxy)")
 	return fs
 }
@@ -201,6 +207,8 @@ var FileKeys = []FileKey{
 	{"reload_interval", "reload-interval"},
 	{"shutdown_grace", "grace"},
 	{"shutdown_drain_delay", "drain-delay"},
+	{"tracing.otlp_endpoint", "otlp-endpoint"},
+	{"tracing.otlp_protocol", "otlp-protocol"},
 }
 
 // pathFlags take paths; in the config file a relative one is from the file's folder. The

@@ -387,6 +387,9 @@ func (l *loader) validate() {
 		check(err == nil, "api-key-file", "%v", err)
 		c.HTTP.APIKeys = append(c.HTTP.APIKeys, keys...)
 	}
+	if err := c.Tracing.Validate(); err != nil {
+		l.problems = append(l.problems, err.Error())
+	}
 	if len(l.problems) == 0 {
 		// The batcher's own rules, should they ever be stricter than the checks above.
 		if err := c.Batch.Validate(); err != nil {
