@@ -26,7 +26,10 @@ import (
 type Serve struct {
 	Config string // the YAML file read, if any
 	Addr   string
-	Models string
+	// GRPCAddr, when set, is where the gRPC server (KServe v2's inference service and
+	// grpc.health.v1) listens; "": no gRPC.
+	GRPCAddr string
+	Models   string
 	// Model are model folders served on their own, each DIR or NAME=DIR (parseModelDir);
 	// given alone, without Models from any layer, they are all that is served.
 	Model    []string
@@ -119,6 +122,7 @@ func flags(c *Serve) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&c.Config, "config", c.Config, "YAML file of settings (docs/config.md); the environment and flags override it")
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (KServe v2's inference service, grpc.health.v1); empty: no gRPC")
 	fs.StringVar(&c.Models, "models", c.Models, "model repository: a folder of model folders (each with a model.yaml, or a Hugging Face model folder)")
 	fs.Var(modelFlag{&c.Model}, "model", "a model folder to serve, DIR or NAME=DIR: a Hugging Face folder (config.json, tokenizer.json, .onnx files; a hub cache models--org--name too) or one with a model.yaml; repeat it or separate with commas. Alone, the default --models is not served")
 	fs.StringVar(&c.ORTLib, "ort-lib", c.ORTLib, "ONNX Runtime shared library")
@@ -165,6 +169,7 @@ type FileKey struct{ Key, Flag string }
 // FileKeys are the config file's keys, in docs/config.md's order, and the flag each sets.
 var FileKeys = []FileKey{
 	{"listen", "addr"},
+	{"grpc_listen", "grpc-addr"},
 	{"models", "models"},
 	{"model", "model"},
 	{"ort_lib", "ort-lib"},
