@@ -1,4 +1,4 @@
-// Package server is ortserve's HTTP face: routes (chi), the TEI-shaped API, limits,
+// Package server is ortserve's HTTP face (and its gRPC one, grpc.go): routes (chi), the TEI-shaped API, limits,
 // readiness, timing headers, and the one place where errors become status codes. It knows
 // nothing of ONNX Runtime or tokenizer internals: models come through Repository.
 package server
@@ -22,6 +22,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/health"
 
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
@@ -67,14 +68,15 @@ func DefaultConfig() Config {
 
 // Server serves the API over a Repository.
 type Server struct {
-	cfg      Config
-	repo     Repository
-	log      *slog.Logger
-	metrics  *Metrics
-	ready    atomic.Bool
-	inFlight chan struct{} // a token per inference request being served
-	keys     keyring
-	started  time.Time // GET /v1/models' "created"
+	cfg        Config
+	repo       Repository
+	log        *slog.Logger
+	metrics    *Metrics
+	ready      atomic.Bool
+	inFlight   chan struct{} // a token per inference request being served
+	keys       keyring
+	started    time.Time      // GET /v1/models' "created"
+	grpcHealth *health.Server // grpc.health.v1's state, following ready
 }
 
 // New makes a Server; it is not ready until SetReady(true). metrics may be nil.
@@ -86,11 +88,15 @@ func New(cfg Config, repo Repository, log *slog.Logger, metrics *Metrics) *Serve
 		metrics = NewMetrics(prometheus.NewRegistry())
 	}
 	metrics.describeFrom(repo.Describe)
-	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight)), keys: newKeyring(cfg.APIKeys), started: time.Now()}
+	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight)), keys: newKeyring(cfg.APIKeys), started: time.Now(), grpcHealth: newHealth()}
 }
 
-// SetReady flips readiness: /health answers 503 while not ready, as during shutdown.
-func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
+// SetReady flips readiness: /health answers 503 while not ready, as during shutdown, and
+// grpc.health.v1 NOT_SERVING.
+func (s *Server) SetReady(ok bool) {
+	s.ready.Store(ok)
+	setHealth(s.grpcHealth, ok)
+}
 
 // Handler is the server's routes, in three groups, one per API family (family.go): each
 // group answers its errors, its unknown routes included, in its family's shape.
@@ -237,7 +243,7 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 				defer func() { <-s.inFlight }()
 			default:
 				setRetryAfter(sw, time.Second)
-				writeError(sw, r, http.StatusTooManyRequests, "Overloaded", fmt.Sprintf("the server is at its limit of %d requests in flight: retry after a second", cap(s.inFlight)))
+				writeError(sw, r, http.StatusTooManyRequests, "Overloaded", overloadedMessage(cap(s.inFlight)))
 				return
 			}
 			s.metrics.inFlight.Inc()
