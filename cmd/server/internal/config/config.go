@@ -169,7 +169,6 @@ type FileKey struct{ Key, Flag string }
 // FileKeys are the config file's keys, in docs/config.md's order, and the flag each sets.
 var FileKeys = []FileKey{
 	{"listen", "addr"},
-	{"grpc_listen", "grpc-addr"},
 	{"models", "models"},
 	{"model", "model"},
 	{"ort_lib", "ort-lib"},
@@ -200,6 +199,7 @@ var FileKeys = []FileKey{
 	{"http.idle_timeout", "idle-timeout"},
 	{"http.max_conns_per_client", "max-conns-per-client"},
 	{"http.allowed_hosts", "allowed-hosts"},
+	{"grpc_listen", "grpc-addr"},
 	{"auth.api_keys", "api-key"},
 	{"auth.api_key_file", "api-key-file"},
 	{"auth.exempt", "auth-exempt"},
