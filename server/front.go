@@ -12,8 +12,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc"
 )
 
 // Conn is how serve's HTTP server treats connections (docs/config.md, "Connections").
@@ -183,12 +181,12 @@ type ShutdownPlan struct {
 	Abort func(context.Context) error
 	// GRPC, when set, is the gRPC server, stopped beside the HTTP one: GracefulStop where
 	// Shutdown is, then Stop at the end of the grace.
-	GRPC *grpc.Server
+	GRPC *GRPCServer
 }
 
 // stopGRPC starts gs's GracefulStop (no new RPCs, those in flight answered) and returns what
 // is closed once it has returned; a nil gs is stopped already.
-func stopGRPC(gs *grpc.Server) <-chan struct{} {
+func stopGRPC(gs *GRPCServer) <-chan struct{} {
 	done := make(chan struct{})
 	if gs == nil {
 		close(done)

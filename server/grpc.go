@@ -53,18 +53,36 @@ func setHealth(h *health.Server, ok bool) {
 	h.SetServingStatus(pb.GRPCInferenceService_ServiceDesc.ServiceName, st)
 }
 
+// GRPCServer is the server's gRPC face: a grpc.Server whose GracefulStop first ends the
+// streams that would never end by themselves (grpc.health.v1's Watch), so that it waits for
+// the requests in flight only.
+type GRPCServer struct {
+	*grpc.Server
+	endStreams context.CancelFunc
+	streams    context.Context
+}
+
+// GracefulStop ends the streams, then stops as grpc.Server's does. A watcher has been told
+// NOT_SERVING by then: readiness goes first (Front.Shutdown).
+func (g *GRPCServer) GracefulStop() {
+	g.endStreams()
+	g.Server.GracefulStop()
+}
+
 // GRPC is the server's gRPC face, to Serve on a listener: KServe v2's inference service and
 // grpc.health.v1. A message is bounded by MaxBodyBytes, as a body is (past it, gRPC's own
 // RESOURCE_EXHAUSTED).
-func (s *Server) GRPC() *grpc.Server {
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.grpcUnary), grpc.ChainStreamInterceptor(s.grpcStream)}
+func (s *Server) GRPC() *GRPCServer {
+	g := &GRPCServer{}
+	g.streams, g.endStreams = context.WithCancel(context.Background())
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.grpcUnary), grpc.ChainStreamInterceptor(s.grpcStream(g.streams))}
 	if s.cfg.MaxBodyBytes > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(int(min(s.cfg.MaxBodyBytes, 1<<31-1))))
 	}
-	gs := grpc.NewServer(opts...)
-	pb.RegisterGRPCInferenceServiceServer(gs, kserveGRPC{s: s})
-	healthpb.RegisterHealthServer(gs, s.grpcHealth)
-	return gs
+	g.Server = grpc.NewServer(opts...)
+	pb.RegisterGRPCInferenceServiceServer(g.Server, kserveGRPC{s: s})
+	healthpb.RegisterHealthServer(g.Server, s.grpcHealth)
+	return g
 }
 
 // grpcUnary is admit and authorize for gRPC: the API key; then, for ModelInfer, its metrics,
@@ -116,13 +134,27 @@ func (s *Server) grpcAdmit(ctx context.Context, ri *reqInfo, req any, handler gr
 	return handler(ctx, req)
 }
 
-// grpcStream guards the streaming methods (grpc.health.v1's Watch) with the API key.
-func (s *Server) grpcStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := s.grpcAuthorize(ss.Context(), info.FullMethod); err != nil {
-		return s.grpcError(ss.Context(), info.FullMethod, err)
+// grpcStream guards the streaming methods (grpc.health.v1's Watch) with the API key, and
+// ends them when streams ends.
+func (s *Server) grpcStream(streams context.Context) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := s.grpcAuthorize(ss.Context(), info.FullMethod); err != nil {
+			return s.grpcError(ss.Context(), info.FullMethod, err)
+		}
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		defer context.AfterFunc(streams, cancel)()
+		return handler(srv, endingStream{ServerStream: ss, ctx: ctx})
 	}
-	return handler(srv, ss)
 }
+
+// endingStream is a stream with a context of its own.
+type endingStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (e endingStream) Context() context.Context { return e.ctx }
 
 // grpcAuthorize is authorize for gRPC: the key comes in the metadata "authorization: Bearer
 // KEY" (or "api-key: KEY"), checked against the same keys.

@@ -334,3 +334,61 @@ func TestGRPCDeadline(t *testing.T) {
 		t.Errorf("expired while running: %v", err)
 	}
 }
+
+// Shutdown stops the gRPC server beside the HTTP one: a request in flight when it starts is
+// answered, and once it returns the gRPC server takes no more.
+func TestGRPCGracefulStop(t *testing.T) {
+	m := &blockingModel{fakeModel: fakeModel{task: models.TaskEmbed}, started: make(chan struct{}, 2), release: make(chan struct{})}
+	s := New(grpcTestConfig(), embRepo{m}, slog.New(slog.DiscardHandler), nil)
+	s.SetReady(true)
+	lis := bufconn.Listen(1 << 20)
+	gs := s.GRPC()
+	go gs.Serve(lis)
+	conn, err := grpc.NewClient("passthrough:///ortserve",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := NewFront(ln, s.Handler(), DefaultConn(), slog.New(slog.DiscardHandler))
+
+	answered := make(chan error, 1)
+	go func() {
+		_, err := c.ModelInfer(t.Context(), textsRequest("emb", "a"))
+		answered <- err
+	}()
+	<-m.started
+	watch, err := healthpb.NewHealthClient(conn).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		shut <- front.Shutdown(ShutdownPlan{Grace: 10 * time.Second, SetReady: s.SetReady, Abort: func(context.Context) error { return nil }, GRPC: gs})
+	}()
+	for { // released once shutdown has begun: readiness goes first
+		r, err := watch.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+	}
+	close(m.release)
+	if err := <-answered; err != nil {
+		t.Errorf("the request in flight: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if _, err := c.ServerLive(t.Context(), &pb.ServerLiveRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("after shutdown: %v, want UNAVAILABLE", err)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
 
 	"github.com/ortserve/ortserve/cmd/server/internal/config"
 	"github.com/ortserve/ortserve/models"
@@ -121,7 +120,7 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 // serveGRPC serves srv's gRPC face on addr, when set: the server, and what receives Serve's
 // error should it stop by itself. Without an address, both are nil (a nil channel never
 // receives).
-func serveGRPC(addr string, srv *server.Server, log *slog.Logger) (*grpc.Server, <-chan error, error) {
+func serveGRPC(addr string, srv *server.Server, log *slog.Logger) (*server.GRPCServer, <-chan error, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
