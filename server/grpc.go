@@ -136,14 +136,16 @@ func (s *Server) grpcAdmit(ctx context.Context, ri *reqInfo, req any, handler gr
 
 // grpcStream guards the streaming methods (grpc.health.v1's Watch) with the API key, and
 // ends them when streams ends.
+//
+//nolint:contextcheck // a stream's context is its ServerStream's: gRPC passes no other
 func (s *Server) grpcStream(streams context.Context) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := s.grpcAuthorize(ss.Context(), info.FullMethod); err != nil {
-			return s.grpcError(ss.Context(), info.FullMethod, err)
-		}
 		ctx, cancel := context.WithCancel(ss.Context())
 		defer cancel()
 		defer context.AfterFunc(streams, cancel)()
+		if err := s.grpcAuthorize(ctx, info.FullMethod); err != nil {
+			return s.grpcError(ctx, info.FullMethod, err)
+		}
 		return handler(srv, endingStream{ServerStream: ss, ctx: ctx})
 	}
 }

@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http/httptest"
 	"slices"
@@ -73,14 +71,6 @@ func textsRequest(model string, texts ...string) *pb.ModelInferRequest {
 	}
 }
 
-func fp32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
 // The KServe service answers as the REST routes do: the same metadata and the same vectors
 // for the same texts, whether they came in raw_input_contents or in bytes_contents.
 func TestGRPCKServe(t *testing.T) {
@@ -132,7 +122,7 @@ func TestGRPCKServe(t *testing.T) {
 			!slices.Equal(r.Outputs[0].Shape, rest.Outputs[0].Shape) || len(r.RawOutputContents) != 1 {
 			t.Fatalf("%s: %v", name, r)
 		}
-		if got := fp32s(r.RawOutputContents[0]); !slices.Equal(got, rest.Outputs[0].Data) {
+		if got := floatsFrom(r.RawOutputContents[0]); !slices.Equal(got, rest.Outputs[0].Data) {
 			t.Errorf("%s: %v, REST gave %v", name, got, rest.Outputs[0].Data)
 		}
 	}

@@ -536,11 +536,11 @@ func invalid(format string, args ...any) error {
 // classify maps it.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := classify(r.Context(), optionStatus(r), err)
-	switch {
-	case p.code == statusClientGone:
+	switch p.code {
+	case statusClientGone:
 		w.WriteHeader(p.code) // nobody reads this answer
 		return
-	case p.code == http.StatusInternalServerError:
+	case http.StatusInternalServerError:
 		s.log.Error("request failed", "path", r.URL.Path, "err", err)
 	}
 	if p.retry > 0 {
