@@ -14,5 +14,5 @@ die() { echo "$ME: error: $*" >&2; exit 1; }
 
 VENV=${1:?usage: clients.sh VENV}
 make_venv "$VENV" "$(cd "$(dirname "$0")/clients" && pwd)/requirements.txt" \
-  'openai, tritonclient.http, huggingface_hub' \
-  'the openai, tritonclient[http] and huggingface_hub clients and their dependencies, ~240 MB'
+  'openai, tritonclient.http, tritonclient.grpc, huggingface_hub' \
+  'the openai, tritonclient[grpc,http] and huggingface_hub clients and their dependencies, ~240 MB'

@@ -179,6 +179,34 @@ type ShutdownPlan struct {
 	// Abort fails what is still queued with runtime.ErrClosed (503) and lets the batches
 	// running finish until its ctx ends (models.Repository.Abort).
 	Abort func(context.Context) error
+	// GRPC, when set, is the gRPC server, stopped beside the HTTP one: GracefulStop where
+	// Shutdown is, then Stop at the end of the grace.
+	GRPC *GRPCServer
+}
+
+// stopGRPC starts gs's GracefulStop (no new RPCs, those in flight answered) and returns what
+// is closed once it has returned; a nil gs is stopped already.
+func stopGRPC(gs *GRPCServer) <-chan struct{} {
+	done := make(chan struct{})
+	if gs == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		gs.GracefulStop()
+	}()
+	return done
+}
+
+// waitGRPC waits for grpcStopped until ctx ends.
+func waitGRPC(ctx context.Context, grpcStopped <-chan struct{}) error {
+	select {
+	case <-grpcStopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("grpc server: %w", ctx.Err())
+	}
 }
 
 // Shutdown stops the front end within p.Grace of its call, which is SIGTERM's arrival:
@@ -186,8 +214,8 @@ type ShutdownPlan struct {
 //  1. not ready: /health and KServe's ready say 503, while everything else is served as
 //     before (with Connection: close) for the drain delay, for load balancers to notice,
 //     and for at least MinDrain, for what clients sent before the signal to be read;
-//  2. http.Server.Shutdown: no new connections; the requests in flight are answered, until
-//     the last tail of the grace, tail = min(grace/4, 1s);
+//  2. http.Server.Shutdown (and the gRPC server's GracefulStop): no new connections; the
+//     requests in flight are answered, until the last tail of the grace, tail = min(grace/4, 1s);
 //  3. if some are still waiting: Abort answers what is queued with 503 at once, and lets the
 //     batches already running finish in the first half of the tail (their requests get
 //     200), cancelling them past it (503);
@@ -215,7 +243,11 @@ func (f *Front) Shutdown(p ShutdownPlan) error {
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end.Add(-tail))
+	grpcStopped := stopGRPC(p.GRPC)
 	err := f.hs.Shutdown(ctx)
+	if err == nil {
+		err = waitGRPC(ctx, grpcStopped)
+	}
 	cancel()
 	if err == nil {
 		f.log.Info("shut down: every request answered", "took", time.Since(start).Round(time.Millisecond))
@@ -232,6 +264,10 @@ func (f *Front) Shutdown(p ShutdownPlan) error {
 	if err := f.hs.Shutdown(ctx); err != nil {
 		f.log.Warn("closing the connections still open at the end of the grace", "err", err)
 		f.hs.Close()
+	}
+	if err := waitGRPC(ctx, grpcStopped); err != nil {
+		f.log.Warn("closing the gRPC connections still open at the end of the grace", "err", err)
+		p.GRPC.Stop()
 	}
 	f.log.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
 	return f.serveErr()

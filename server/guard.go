@@ -54,10 +54,7 @@ func (k keyring) allows(candidate string) bool {
 // huggingface_hub's and TEI's clients send it, or "api-key: KEY" for clients that can only
 // add a header.
 func bearer(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
-	}
-	return r.Header.Get("api-key")
+	return bearerOf(r.Header.Get("Authorization"), r.Header.Get("api-key"))
 }
 
 // authorize refuses a request without a valid API key with 401, when keys are configured,

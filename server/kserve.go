@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,28 +251,33 @@ func (s *Server) kserveReady(w http.ResponseWriter, _ *http.Request) {
 }
 
 // kserveModel finds the model and version in the URL, as the repository has them now; on
-// failure it has answered. A rerank model is not served over KServe (400, naming /rerank). A version segment in the URL must name one: an empty one
+// failure it has answered. A version segment in the URL must name one: an empty one
 // (/versions//infer) is not the default version.
 func (s *Server) kserveModel(w http.ResponseWriter, r *http.Request) (ModelInfo, string, bool) {
 	name, version := chi.URLParam(r, "model"), chi.URLParam(r, "version")
+	hasVersion := slices.Contains(chi.RouteContext(r.Context()).URLParams.Keys, "version")
+	mi, err := s.kserveModelOf(name, version, hasVersion)
+	return mi, version, s.answered(w, r, err)
+}
+
+// kserveModelOf finds a model, and its version when hasVersion, as the repository has them
+// now, for KServe's routes and methods. A rerank model is not served over KServe (400,
+// naming /rerank).
+func (s *Server) kserveModelOf(name, version string, hasVersion bool) (ModelInfo, error) {
 	mi, err := s.repo.Model(name)
 	if err != nil {
-		s.fail(w, r, err)
-		return mi, "", false
+		return mi, err
 	}
 	if mi.Task == string(models.TaskRerank) {
 		// KServe's tensors here are one BYTES input of texts; a reranker takes a query and
 		// its texts, which /rerank and /v1/rerank serve. Refused rather than described as
 		// what it is not.
-		s.fail(w, r, &models.WrongTaskError{Model: mi.Name, Task: models.TaskRerank})
-		return mi, "", false
+		return mi, &models.WrongTaskError{Model: mi.Name, Task: models.TaskRerank}
 	}
-	hasVersion := slices.Contains(chi.RouteContext(r.Context()).URLParams.Keys, "version")
 	if hasVersion && !slices.Contains(mi.Versions, version) {
-		s.fail(w, r, &models.UnknownError{Kind: models.ErrUnknownVersion, Name: name + "/" + version, Known: mi.Versions})
-		return mi, "", false
+		return mi, &models.UnknownError{Kind: models.ErrUnknownVersion, Name: name + "/" + version, Known: mi.Versions}
 	}
-	return mi, version, true
+	return mi, nil
 }
 
 func (s *Server) kserveMetadata(w http.ResponseWriter, r *http.Request) {
@@ -279,6 +285,12 @@ func (s *Server) kserveMetadata(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	writeJSON(w, http.StatusOK, kserveMetadataOf(mi))
+}
+
+// kserveMetadataOf is a model's KServe metadata: one BYTES input of texts, and FP32 vectors
+// (or a classifier's probabilities and labels) out.
+func kserveMetadataOf(mi ModelInfo) ModelMetadata {
 	dim := int64(mi.Dimension)
 	if dim == 0 {
 		dim = -1
@@ -297,8 +309,52 @@ func (s *Server) kserveMetadata(w http.ResponseWriter, r *http.Request) {
 	} else {
 		md.Outputs = []TensorMetadata{{Name: "embedding", Datatype: "FP32", Shape: []int64{-1, dim}}}
 	}
-	writeJSON(w, http.StatusOK, md)
+	return md
 }
+
+// ModelConfig is the part of Triton's model configuration (its ModelConfig extension) that
+// clients such as perf_analyzer read to shape their requests, in Triton's JSON names. Dims
+// leave out the batch dimension, as Triton's do when MaxBatchSize is above 0.
+type ModelConfig struct {
+	Name         string              `json:"name"`
+	Platform     string              `json:"platform"`
+	Backend      string              `json:"backend"`
+	MaxBatchSize int                 `json:"max_batch_size"`
+	Input        []ModelConfigTensor `json:"input"`
+	Output       []ModelConfigTensor `json:"output"`
+}
+
+// ModelConfigTensor is one input or output of a ModelConfig; DataType is Triton's
+// ("TYPE_STRING", "TYPE_FP32").
+type ModelConfigTensor struct {
+	Name     string  `json:"name"`
+	DataType string  `json:"data_type"`
+	Dims     []int64 `json:"dims"`
+}
+
+// modelConfigOf is a model's Triton configuration, from its KServe metadata: the batch
+// dimension (each tensor's first) becomes max_batch_size, the server's --max-inputs; a text
+// is a [1] tensor of one string per row.
+func (s *Server) modelConfigOf(mi ModelInfo) ModelConfig {
+	md := kserveMetadataOf(mi)
+	c := ModelConfig{Name: mi.Name, Platform: md.Platform, Backend: "onnxruntime", MaxBatchSize: s.cfg.MaxInputs}
+	tensors := func(ts []TensorMetadata) []ModelConfigTensor {
+		out := make([]ModelConfigTensor, len(ts))
+		for i, t := range ts {
+			dims := t.Shape[1:]
+			if len(dims) == 0 {
+				dims = []int64{1}
+			}
+			out[i] = ModelConfigTensor{Name: t.Name, DataType: tritonDataType[t.Datatype], Dims: dims}
+		}
+		return out
+	}
+	c.Input, c.Output = tensors(md.Inputs), tensors(md.Outputs)
+	return c
+}
+
+// tritonDataType is the model configuration's name of a KServe datatype.
+var tritonDataType = map[string]string{"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32"}
 
 func (s *Server) kserveModelReady(w http.ResponseWriter, r *http.Request) {
 	mi, _, ok := s.kserveModel(w, r)
@@ -323,26 +379,36 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	texts, err := req.texts()
-	if err != nil {
-		writeError(w, r, http.StatusBadRequest, "Validation", err.Error())
+	resp, st, err := s.kserveRun(r.Context(), mi, version, req)
+	if !s.answered(w, r, err) {
 		return
 	}
+	setTiming(w, resp.ModelName, st, start)
+	writeInferResponse(w, r, resp, req.binaryOutputs(resp.Outputs))
+}
+
+// kserveRun serves an infer request of model mi (version "": its default), whatever protocol
+// it came in: it checks the request, runs the model and returns the outputs asked for, each
+// flat with its Data a []float32 or a []string. It notes the version served for the
+// request's metrics.
+func (s *Server) kserveRun(ctx context.Context, mi ModelInfo, version string, req *InferRequest) (*InferResponse, models.Stats, error) {
+	texts, err := req.texts()
+	if err != nil {
+		return nil, models.Stats{}, invalid("%s", err.Error())
+	}
 	truncate := req.boolParam("truncate", s.cfg.AutoTruncate)
-	if !s.checkInputs(w, r, texts, truncate) {
-		return
+	if err := s.inputsError(texts, truncate); err != nil {
+		return nil, models.Stats{}, err
 	}
 	task := models.Task(mi.Task)
 	for _, want := range req.Outputs {
 		if !slices.Contains(outputNames(task), want.Name) {
-			writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("unknown output %q: %s has %q", want.Name, mi.Name, outputNames(task)))
-			return
+			return nil, models.Stats{}, invalid("unknown output %q: %s has %q", want.Name, mi.Name, outputNames(task))
 		}
 	}
 	p, name, release, err := s.repo.Acquire(mi.Name, task)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return nil, models.Stats{}, err
 	}
 	defer release()
 	n := int64(len(texts))
@@ -353,10 +419,9 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 	switch task {
 	case models.TaskClassify:
 		var scores [][]float32
-		scores, st, err = p.Classify(r.Context(), version, texts, models.ClassifyOptions{Truncate: truncate})
+		scores, st, err = p.Classify(ctx, version, texts, models.ClassifyOptions{Truncate: truncate})
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return nil, st, err
 		}
 		labels := st.Labels
 		flat := make([]float32, 0, len(scores)*len(labels))
@@ -371,10 +436,9 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		var vecs [][]float32
-		vecs, st, err = p.Embed(r.Context(), version, texts, models.EmbedOptions{Truncate: truncate, Normalize: req.boolParam("normalize", true)})
+		vecs, st, err = p.Embed(ctx, version, texts, models.EmbedOptions{Truncate: truncate, Normalize: req.boolParam("normalize", true)})
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return nil, st, err
 		}
 		var dim int64
 		if len(vecs) > 0 {
@@ -393,9 +457,8 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 		}
 		outs = picked
 	}
-	note(r, name, st)
-	setTiming(w, name, st, start)
-	writeInferResponse(w, r, &InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs}, req.binaryOutputs(outs))
+	noteIn(ctx, name, st)
+	return &InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs}, st, nil
 }
 
 // outputNames are the outputs infer returns for a task, as kserveMetadata describes them.

@@ -1,4 +1,4 @@
-// Package server is ortserve's HTTP face: routes (chi), the TEI-shaped API, limits,
+// Package server is ortserve's HTTP face (and its gRPC one, grpc.go): routes (chi), the TEI-shaped API, limits,
 // readiness, timing headers, and the one place where errors become status codes. It knows
 // nothing of ONNX Runtime or tokenizer internals: models come through Repository.
 package server
@@ -22,6 +22,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/health"
 
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
@@ -69,14 +70,15 @@ func DefaultConfig() Config {
 
 // Server serves the API over a Repository.
 type Server struct {
-	cfg      Config
-	repo     Repository
-	log      *slog.Logger
-	metrics  *Metrics
-	ready    atomic.Bool
-	inFlight chan struct{} // a token per inference request being served
-	keys     keyring
-	started  time.Time // GET /v1/models' "created"
+	cfg        Config
+	repo       Repository
+	log        *slog.Logger
+	metrics    *Metrics
+	ready      atomic.Bool
+	inFlight   chan struct{} // a token per inference request being served
+	keys       keyring
+	started    time.Time      // GET /v1/models' "created"
+	grpcHealth *health.Server // grpc.health.v1's state, following ready
 }
 
 // New makes a Server; it is not ready until SetReady(true). metrics may be nil.
@@ -88,11 +90,15 @@ func New(cfg Config, repo Repository, log *slog.Logger, metrics *Metrics) *Serve
 		metrics = NewMetrics(prometheus.NewRegistry())
 	}
 	metrics.describeFrom(repo.Describe)
-	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight)), keys: newKeyring(cfg.APIKeys), started: time.Now()}
+	return &Server{cfg: cfg, repo: repo, log: log, metrics: metrics, inFlight: make(chan struct{}, max(1, cfg.MaxInFlight)), keys: newKeyring(cfg.APIKeys), started: time.Now(), grpcHealth: newHealth()}
 }
 
-// SetReady flips readiness: /health answers 503 while not ready, as during shutdown.
-func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
+// SetReady flips readiness: /health answers 503 while not ready, as during shutdown, and
+// grpc.health.v1 NOT_SERVING.
+func (s *Server) SetReady(ok bool) {
+	s.ready.Store(ok)
+	setHealth(s.grpcHealth, ok)
+}
 
 // Handler is the server's routes, in three groups, one per API family (family.go): each
 // group answers its errors, its unknown routes included, in its family's shape.
@@ -180,8 +186,11 @@ type reqInfo struct {
 type infoKey struct{}
 
 // note records, for metrics, which model version served the request and how.
-func note(r *http.Request, model string, st models.Stats) {
-	if ri, ok := r.Context().Value(infoKey{}).(*reqInfo); ok {
+func note(r *http.Request, model string, st models.Stats) { noteIn(r.Context(), model, st) }
+
+// noteIn is note for a request known by its context.
+func noteIn(ctx context.Context, model string, st models.Stats) {
+	if ri, ok := ctx.Value(infoKey{}).(*reqInfo); ok {
 		ri.model, ri.version, ri.stats = model, st.Version, st
 	}
 }
@@ -241,7 +250,7 @@ func (s *Server) admit(route string) func(http.Handler) http.Handler {
 				defer func() { <-s.inFlight }()
 			default:
 				setRetryAfter(sw, time.Second)
-				writeError(sw, r, http.StatusTooManyRequests, "Overloaded", fmt.Sprintf("the server is at its limit of %d requests in flight: retry after a second", cap(s.inFlight)))
+				writeError(sw, r, http.StatusTooManyRequests, "Overloaded", overloadedMessage(cap(s.inFlight)))
 				return
 			}
 			s.metrics.inFlight.Inc()
@@ -436,19 +445,38 @@ func badJSON(w http.ResponseWriter, r *http.Request, what string, err error) {
 // effective "truncate") is set, and refused otherwise. On a violation it answers the client
 // itself, naming the limit, and returns false.
 func (s *Server) checkInputs(w http.ResponseWriter, r *http.Request, texts []string, truncate bool) bool {
-	return s.checkCount(w, r, len(texts), "inputs") &&
-		s.checkChars(w, r, texts, truncate, func(i int) string { return "input " + strconv.Itoa(i) })
+	return s.answered(w, r, s.inputsError(texts, truncate))
+}
+
+// inputsError is checkInputs' check, as an error.
+func (s *Server) inputsError(texts []string, truncate bool) error {
+	if err := s.countError(len(texts), "inputs"); err != nil {
+		return err
+	}
+	return s.charsError(texts, truncate, func(i int) string { return "input " + strconv.Itoa(i) })
 }
 
 // checkCount is checkInputs' count: n texts (or pairs, or documents) of the request field
 // named field, at least one and at most MaxInputs.
 func (s *Server) checkCount(w http.ResponseWriter, r *http.Request, n int, field string) bool {
+	return s.answered(w, r, s.countError(n, field))
+}
+
+// countError is checkCount's check, as an error.
+func (s *Server) countError(n int, field string) error {
 	switch {
 	case n == 0:
-		writeError(w, r, http.StatusUnprocessableEntity, "Empty", field+" is empty: send at least one text")
-		return false
+		return &requestError{code: http.StatusUnprocessableEntity, kind: "Empty", msg: field + " is empty: send at least one text"}
 	case n > s.cfg.MaxInputs:
-		writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%d %s is over the limit of %d per request (max_client_batch_size): split the request", n, field, s.cfg.MaxInputs))
+		return &requestError{code: http.StatusRequestEntityTooLarge, kind: "Validation", msg: fmt.Sprintf("%d %s is over the limit of %d per request (max_client_batch_size): split the request", n, field, s.cfg.MaxInputs)}
+	}
+	return nil
+}
+
+// answered fails the request with err, when not nil, and says whether all is well.
+func (s *Server) answered(w http.ResponseWriter, r *http.Request, err error) bool {
+	if err != nil {
+		s.fail(w, r, err)
 		return false
 	}
 	return true
@@ -457,9 +485,14 @@ func (s *Server) checkCount(w http.ResponseWriter, r *http.Request, n int, field
 // checkChars is checkInputs' characters: each text at most MaxInputChars, cut in place when
 // truncate, else refused; name(i) names texts[i] in the message.
 func (s *Server) checkChars(w http.ResponseWriter, r *http.Request, texts []string, truncate bool, name func(int) string) bool {
+	return s.answered(w, r, s.charsError(texts, truncate, name))
+}
+
+// charsError is checkChars' check, as an error.
+func (s *Server) charsError(texts []string, truncate bool, name func(int) string) error {
 	limit := s.cfg.MaxInputChars
 	if limit <= 0 {
-		return true
+		return nil
 	}
 	for i, text := range texts {
 		if len(text) <= limit { // a text has no more characters than bytes
@@ -470,12 +503,11 @@ func (s *Server) checkChars(w http.ResponseWriter, r *http.Request, texts []stri
 			continue
 		}
 		if !truncate {
-			writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("%s has %d characters, over the limit of %d (max_input_chars): shorten it or send \"truncate\": true", name(i), chars, limit))
-			return false
+			return &requestError{code: http.StatusRequestEntityTooLarge, kind: "Validation", msg: fmt.Sprintf("%s has %d characters, over the limit of %d (max_input_chars): shorten it or send \"truncate\": true", name(i), chars, limit)}
 		}
 		texts[i] = cutChars(text, limit)
 	}
-	return true
+	return nil
 }
 
 // cutChars returns text's first n characters.
@@ -489,10 +521,52 @@ func cutChars(text string, n int) string {
 	return text
 }
 
-// fail maps an error from below to a status code and a one-line JSON error. It is the only
-// place that does.
+// problem is an error as the client is told it: a status code (HTTP's; the gRPC face maps it
+// on, grpc.go), the kind TEI's error shape carries, the request field at fault (OpenAI's
+// param), a one-line message, and when to retry (0: no Retry-After).
+type problem struct {
+	code        int
+	kind, param string
+	msg         string
+	retry       time.Duration
+}
+
+// requestError is a request refused before it reaches a model, its answer ready-made.
+type requestError problem
+
+func (e *requestError) Error() string { return e.msg }
+
+// invalid is the 400 for a request that breaks the protocol's rules.
+func invalid(format string, args ...any) error {
+	return &requestError{code: http.StatusBadRequest, kind: "Validation", msg: fmt.Sprintf(format, args...)}
+}
+
+// fail answers an error from below with its status code and a one-line JSON error, as
+// classify maps it.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	p := classify(r.Context(), optionStatus(r), err)
+	switch p.code {
+	case statusClientGone:
+		w.WriteHeader(p.code) // nobody reads this answer
+		return
+	case http.StatusInternalServerError:
+		s.log.ErrorContext(r.Context(), "request failed", "path", r.URL.Path, "err", err)
+	}
+	if p.retry > 0 {
+		setRetryAfter(w, p.retry)
+	}
+	writeParamError(w, r, p.code, p.kind, p.param, p.msg)
+}
+
+// statusClientGone is nginx's 499: the client went away before its answer.
+const statusClientGone = 499
+
+// classify maps an error from below, or a requestError, to what the client is told. It is
+// the only place that does, for HTTP (fail) and gRPC (grpcError) alike. ctx is the request's;
+// optionCode is the status of a bad option (models.OptionError), which differs by API family.
+func classify(ctx context.Context, optionCode int, err error) problem {
 	var (
+		refused   *requestError
 		tooLong   *tokenize.TooLongError
 		unknown   *models.UnknownError
 		wrongTask *models.WrongTaskError
@@ -502,27 +576,26 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		unknownID *tokenize.UnknownIDError
 		option    *models.OptionError
 	)
+	bad := func(code int, msg string) problem { return problem{code: code, kind: "Validation", msg: msg} }
 	switch {
+	case errors.As(err, &refused):
+		return problem(*refused)
 	case errors.As(err, &load):
 		// The next request tries the load again: unavailable for now, not broken for good.
-		setRetryAfter(w, time.Second)
-		writeError(w, r, http.StatusServiceUnavailable, "Unhealthy", fmt.Sprintf("model %s version %s failed to load: %s; the next request tries again (see /info)", load.Model, load.Version, oneLine(redactPaths(load.Err.Error(), ""))))
+		return problem{code: http.StatusServiceUnavailable, kind: "Unhealthy", retry: time.Second, msg: fmt.Sprintf("model %s version %s failed to load: %s; the next request tries again (see /info)", load.Model, load.Version, oneLine(redactPaths(load.Err.Error(), "")))}
 	case errors.As(err, &overload):
-		setRetryAfter(w, overload.RetryAfter)
-		writeError(w, r, http.StatusTooManyRequests, "Overloaded", overloadMessage(overload))
+		return problem{code: http.StatusTooManyRequests, kind: "Overloaded", retry: max(overload.RetryAfter, time.Millisecond), msg: overloadMessage(overload)}
 	case errors.Is(err, runtime.ErrQueueFull):
-		setRetryAfter(w, time.Second)
-		writeError(w, r, http.StatusTooManyRequests, "Overloaded", "the model version's queue is full: retry after a second")
+		return problem{code: http.StatusTooManyRequests, kind: "Overloaded", retry: time.Second, msg: "the model version's queue is full: retry after a second"}
 	case errors.Is(err, runtime.ErrOverloaded):
-		setRetryAfter(w, time.Second)
-		writeError(w, r, http.StatusTooManyRequests, "Overloaded", "the model version is overloaded: retry after a second")
+		return problem{code: http.StatusTooManyRequests, kind: "Overloaded", retry: time.Second, msg: "the model version is overloaded: retry after a second"}
 	case errors.As(err, &tooLong):
-		writeError(w, r, http.StatusRequestEntityTooLarge, "Validation", fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
+		return bad(http.StatusRequestEntityTooLarge, fmt.Sprintf("input %d has %d tokens, over the model's maximum of %d: shorten it or send \"truncate\": true", tooLong.Index, tooLong.Tokens, tooLong.Max))
 	case errors.As(err, &unknown):
-		writeError(w, r, http.StatusNotFound, "NotFound", unknownMessage(unknown))
+		return problem{code: http.StatusNotFound, kind: "NotFound", msg: unknownMessage(unknown)}
 	case errors.As(err, &wrongTask) && wrongTask.Asked == models.TaskSparse:
 		// TEI answers a model without SPLADE pooling with a backend error, 424.
-		writeError(w, r, http.StatusFailedDependency, "Backend", fmt.Sprintf("%s: model %q is a %s model; /embed_sparse needs a SPLADE model (a sentence-transformers SparseEncoder: *ForMaskedLM + SpladePooling)", notSparse, wrongTask.Model, wrongTask.Task))
+		return problem{code: http.StatusFailedDependency, kind: "Backend", msg: fmt.Sprintf("%s: model %q is a %s model; /embed_sparse needs a SPLADE model (a sentence-transformers SparseEncoder: *ForMaskedLM + SpladePooling)", notSparse, wrongTask.Model, wrongTask.Task)}
 	case errors.As(err, &wrongTask):
 		route := "/embed or /v1/embeddings"
 		switch wrongTask.Task {
@@ -533,28 +606,25 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		case models.TaskSparse:
 			route = "/embed_sparse"
 		}
-		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
+		return bad(http.StatusBadRequest, fmt.Sprintf("model %q is a %s model: use %s", wrongTask.Model, wrongTask.Task, route))
 	case errors.As(err, &pooled):
-		writeError(w, r, http.StatusBadRequest, "Validation", fmt.Sprintf("model %q gives pooled vectors only (its output %q is one vector per text), not one per token: use /embed", pooled.Model, pooled.Output))
+		return bad(http.StatusBadRequest, fmt.Sprintf("model %q gives pooled vectors only (its output %q is one vector per text), not one per token: use /embed", pooled.Model, pooled.Output))
 	case errors.As(err, &unknownID):
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("token id %d is not in the model's vocabulary (ids 0 to %d): send ids from /tokenize", unknownID.ID, unknownID.Vocab-1))
+		return bad(http.StatusUnprocessableEntity, fmt.Sprintf("token id %d is not in the model's vocabulary (ids 0 to %d): send ids from /tokenize", unknownID.ID, unknownID.Vocab-1))
 	case errors.Is(err, tokenize.ErrNoLeft):
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "this model's tokenizer cannot cut texts on the left (its post_processor is not one ortserve reads): send \"truncation_direction\": \"right\"")
+		return bad(http.StatusUnprocessableEntity, "this model's tokenizer cannot cut texts on the left (its post_processor is not one ortserve reads): send \"truncation_direction\": \"right\"")
 	case errors.As(err, &option):
-		writeParamError(w, r, optionStatus(r), "Validation", option.Field, option.Msg)
+		return problem{code: optionCode, kind: "Validation", param: option.Field, msg: option.Msg}
 	case errors.Is(err, tokenize.ErrNoPairs):
-		writeError(w, r, http.StatusUnprocessableEntity, "Validation", "this model's tokenizer cannot join pairs of texts (its post_processor is not one ortserve reads): send single texts")
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		// The client went away; nobody reads this answer.
-		w.WriteHeader(499)
+		return bad(http.StatusUnprocessableEntity, "this model's tokenizer cannot join pairs of texts (its post_processor is not one ortserve reads): send single texts")
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return problem{code: statusClientGone, kind: "Canceled", msg: "the client went away"}
 	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, r, http.StatusGatewayTimeout, "Timeout", "the request's deadline passed before it was served")
+		return problem{code: http.StatusGatewayTimeout, kind: "Timeout", msg: "the request's deadline passed before it was served"}
 	case errors.Is(err, runtime.ErrClosed):
-		writeError(w, r, http.StatusServiceUnavailable, "Unhealthy", "the server is shutting down: retry on another replica")
-	default:
-		s.log.ErrorContext(r.Context(), "request failed", "path", r.URL.Path, "err", err)
-		writeError(w, r, http.StatusInternalServerError, "Backend", "inference failed: "+err.Error())
+		return problem{code: http.StatusServiceUnavailable, kind: "Unhealthy", msg: "the server is shutting down: retry on another replica"}
 	}
+	return problem{code: http.StatusInternalServerError, kind: "Backend", msg: "inference failed: " + err.Error()}
 }
 
 // oneLine joins a message's lines, as errors.Join makes them, into one.

@@ -12,10 +12,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ortserve/ortserve/server/grpc/inferencepb"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // otlpReceiver is an OTLP collector's trace service on a real gRPC server: what serve's
@@ -63,7 +66,8 @@ func startReceiver(t testing.TB) (*otlpReceiver, string) {
 // queue and inference under it, and the batch that ran it, linked to it.
 func TestTracingOTLP(t *testing.T) {
 	rcv, endpoint := startReceiver(t)
-	url, stop, err := launch("--models", minilmOnly(t), "--otlp-endpoint", endpoint)
+	grpcAddr := freeAddr(t)
+	url, stop, err := launch("--models", minilmOnly(t), "--otlp-endpoint", endpoint, "--grpc-addr", grpcAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +82,24 @@ func TestTracingOTLP(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
+	}
+	// A gRPC ModelInfer with the trace in its metadata, under another trace.
+	const grpcTraceID, grpcParentID = "5cf92f3577b34da6a3ce929d0e0e4737", "01f067aa0ba902b8"
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+grpcTraceID+"-"+grpcParentID+"-01")
+	_, err = inferencepb.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, &inferencepb.ModelInferRequest{
+		ModelName: "minilm",
+		Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{{
+			Name: "text", Datatype: "BYTES", Shape: []int64{1},
+			Contents: &inferencepb.InferTensorContents{BytesContents: [][]byte{[]byte("a traced call")}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -115,6 +137,29 @@ func TestTracingOTLP(t *testing.T) {
 			t.Errorf("%s span's parent is not the request's span", name)
 		}
 	}
+	var call *tracepb.Span
+	var callChildren []string
+	for _, s := range rcv.spans {
+		if hex.EncodeToString(s.TraceId) == grpcTraceID && s.Name == "inference.GRPCInferenceService/ModelInfer" {
+			call = s
+		}
+	}
+	if call == nil || hex.EncodeToString(call.ParentSpanId) != grpcParentID || call.Kind != tracepb.Span_SPAN_KIND_SERVER {
+		t.Errorf("gRPC call: span %v; want inference.GRPCInferenceService/ModelInfer, a server span under the metadata's traceparent; spans %v", call, spanNames(rcv.spans))
+	} else {
+		for _, s := range rcv.spans {
+			if bytes.Equal(s.ParentSpanId, call.SpanId) {
+				callChildren = append(callChildren, s.Name)
+			}
+		}
+		wantAttrs(t, call, map[string]string{"ortserve.model": "minilm", "rpc.method": "inference.GRPCInferenceService/ModelInfer"})
+		for _, name := range []string{"tokenize", "queue", "inference"} {
+			if !slices.Contains(callChildren, name) {
+				t.Errorf("gRPC call: no %s span under it; its children %v", name, callChildren)
+			}
+		}
+	}
+
 	batch := byName["batch"]
 	if batch == nil {
 		return

@@ -111,6 +111,11 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 		log.Warn("no API key, and the address is not loopback: anyone who can reach it can use the models; set --api-key or --api-key-file, or listen on 127.0.0.1 behind a proxy (docs/security.md)", "addr", ln.Addr().String())
 	}
 	front := server.NewFront(ln, srv.Handler(), c.Conn, log)
+	defer front.Close() // a no-op after Shutdown; on an early return, it stops serving
+	gs, grpcStopped, err := serveGRPC(c.GRPCAddr, srv, log)
+	if err != nil {
+		return err
+	}
 	release()
 	srv.SetReady(true)
 	log.Info("serving", "addr", ln.Addr().String(), "models", c.Models, "model", c.Model)
@@ -122,12 +127,32 @@ func serve(ctx context.Context, c config.Serve, env *ort.Env, log *slog.Logger, 
 	select {
 	case err := <-front.Stopped():
 		return fmt.Errorf("http server: %w", err)
+	case err := <-grpcStopped:
+		return fmt.Errorf("grpc server: %w", err)
 	case <-ctx.Done():
 	}
 	// Shutdown order: not ready, drain, stop accepting and answer the requests in flight,
 	// the queue's rest 503 when the grace runs out (server.Front.Shutdown), then the deferred
 	// closes of the models (nothing waits on them by then) and of the environment.
-	return front.Shutdown(server.ShutdownPlan{Grace: c.Grace, DrainDelay: c.DrainDelay, SetReady: srv.SetReady, Abort: repo.Abort})
+	return front.Shutdown(server.ShutdownPlan{Grace: c.Grace, DrainDelay: c.DrainDelay, SetReady: srv.SetReady, Abort: repo.Abort, GRPC: gs})
+}
+
+// serveGRPC serves srv's gRPC face on addr, when set: the server, and what receives Serve's
+// error should it stop by itself. Without an address, both are nil (a nil channel never
+// receives).
+func serveGRPC(addr string, srv *server.Server, log *slog.Logger) (*server.GRPCServer, <-chan error, error) {
+	if addr == "" {
+		return nil, nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listening on %s: %w: pick another --grpc-addr", addr, err)
+	}
+	gs := srv.GRPC()
+	stopped := make(chan error, 1)
+	go func() { stopped <- gs.Serve(ln) }()
+	log.Info("serving gRPC", "addr", ln.Addr().String())
+	return gs, stopped, nil
 }
 
 // engineConfig is serve's settings for the engine its versions load on.

@@ -27,7 +27,10 @@ import (
 type Serve struct {
 	Config string // the YAML file read, if any
 	Addr   string
-	Models string
+	// GRPCAddr, when set, is where the gRPC server (KServe v2's inference service and
+	// grpc.health.v1) listens; "": no gRPC.
+	GRPCAddr string
+	Models   string
 	// Model are model folders served on their own, each DIR or NAME=DIR (parseModelDir);
 	// given alone, without Models from any layer, they are all that is served.
 	Model    []string
@@ -123,6 +126,7 @@ func flags(c *Serve) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&c.Config, "config", c.Config, "YAML file of settings (docs/config.md); the environment and flags override it")
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (KServe v2's inference service, grpc.health.v1); empty: no gRPC")
 	fs.StringVar(&c.Models, "models", c.Models, "model repository: a folder of model folders (each with a model.yaml, or a Hugging Face model folder)")
 	fs.Var(modelFlag{&c.Model}, "model", "a model folder to serve, DIR or NAME=DIR: a Hugging Face folder (config.json, tokenizer.json, .onnx files; a hub cache models--org--name too) or one with a model.yaml; repeat it or separate with commas. Alone, the default --models is not served")
 	fs.StringVar(&c.ORTLib, "ort-lib", c.ORTLib, "ONNX Runtime shared library")
@@ -201,6 +205,7 @@ var FileKeys = []FileKey{
 	{"http.idle_timeout", "idle-timeout"},
 	{"http.max_conns_per_client", "max-conns-per-client"},
 	{"http.allowed_hosts", "allowed-hosts"},
+	{"grpc_listen", "grpc-addr"},
 	{"auth.api_keys", "api-key"},
 	{"auth.api_key_file", "api-key-file"},
 	{"auth.exempt", "auth-exempt"},

@@ -343,6 +343,10 @@ func (l *loader) validate() {
 
 	_, _, err := net.SplitHostPort(c.Addr)
 	check(err == nil, "addr", "want host:port, such as 127.0.0.1:8080 or :8080")
+	if c.GRPCAddr != "" {
+		_, _, err := net.SplitHostPort(c.GRPCAddr)
+		check(err == nil, "grpc-addr", "want host:port, such as 127.0.0.1:8001 or :8001, or leave it empty for no gRPC")
+	}
 	if _, set := l.from["models"]; len(c.Model) > 0 && !set {
 		c.Models = "" // --model alone serves its folders only, not the default repository
 	}
