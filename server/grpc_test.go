@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ortserve/ortserve/models"
 	"github.com/ortserve/ortserve/runtime"
@@ -29,7 +30,7 @@ import (
 )
 
 // grpcConn serves s's gRPC face in process, over an in-memory connection.
-func grpcConn(t *testing.T, s *Server) *grpc.ClientConn {
+func grpcConn(t testing.TB, s *Server) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	gs := s.GRPC()
@@ -46,7 +47,7 @@ func grpcConn(t *testing.T, s *Server) *grpc.ClientConn {
 }
 
 // testGRPCServer is newTestServer's server, with its gRPC face.
-func testGRPCServer(t *testing.T, cfg Config, repo Repository, reg *prometheus.Registry) (*Server, pb.GRPCInferenceServiceClient, *grpc.ClientConn) {
+func testGRPCServer(t testing.TB, cfg Config, repo Repository, reg *prometheus.Registry) (*Server, pb.GRPCInferenceServiceClient, *grpc.ClientConn) {
 	t.Helper()
 	s := New(cfg, repo, slog.New(slog.DiscardHandler), NewMetrics(reg))
 	s.SetReady(true)
@@ -381,4 +382,42 @@ func TestGRPCGracefulStop(t *testing.T) {
 	if _, err := c.ServerLive(t.Context(), &pb.ServerLiveRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("after shutdown: %v, want UNAVAILABLE", err)
 	}
+}
+
+// FuzzGRPCModelInfer sends whatever a fuzzed wire message decodes to as a ModelInfer request:
+// the server answers OK only for a request it could serve and never fails with INTERNAL or
+// UNKNOWN, whatever the message. The seeds are the bad messages of TestGRPCBadRequests'
+// shapes and a good one; `go test` runs them, `go test -fuzz FuzzGRPCModelInfer` explores.
+func FuzzGRPCModelInfer(f *testing.F) {
+	good := textsRequest("emb", "a", "bb")
+	for _, r := range []*pb.ModelInferRequest{
+		good,
+		{ModelName: "emb", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "text", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("a")}}}}},
+		{ModelName: "emb", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "text", Datatype: "FP32", Shape: []int64{2}}}, RawInputContents: [][]byte{{1, 0, 0}}},
+		{ModelName: "emb", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "text", Datatype: "BYTES", Shape: []int64{-1, 3}}}},
+		{ModelName: "emb", Parameters: map[string]*pb.InferParameter{"truncate": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 3}}}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	_, c, _ := testGRPCServer(f, grpcTestConfig(), fakeRepo{"emb": {task: models.TaskEmbed}}, prometheus.NewRegistry())
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		var req pb.ModelInferRequest
+		if proto.Unmarshal(wire, &req) != nil {
+			return
+		}
+		resp, err := c.ModelInfer(t.Context(), &req)
+		switch code := status.Code(err); code {
+		case codes.OK:
+			if len(resp.GetOutputs()) == 0 {
+				t.Errorf("OK with no outputs for %v", &req)
+			}
+		case codes.InvalidArgument, codes.NotFound, codes.ResourceExhausted:
+		default:
+			t.Errorf("%v (%v) for %v; want OK, INVALID_ARGUMENT or NOT_FOUND", code, err, &req)
+		}
+	})
 }
