@@ -234,7 +234,7 @@ type ServerMetadata struct { //nolint:revive // KServe v2's name for it, beside 
 }
 
 func (s *Server) kserveServerMetadata(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, ServerMetadata{Name: "ortserve", Version: s.cfg.Info.Version, Extensions: []string{"binary_tensor_data"}})
+	writeJSON(w, http.StatusOK, ServerMetadata{Name: "ortserve", Version: s.cfg.Info.Version, Extensions: []string{"binary_tensor_data", "model_configuration"}})
 }
 
 func (s *Server) kserveLive(w http.ResponseWriter, _ *http.Request) {
@@ -279,25 +279,7 @@ func (s *Server) kserveMetadata(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	dim := int64(mi.Dimension)
-	if dim == 0 {
-		dim = -1
-	}
-	md := ModelMetadata{
-		Name:     mi.Name,
-		Versions: mi.Versions,
-		Platform: "onnxruntime_onnx",
-		Inputs:   []TensorMetadata{{Name: "text", Datatype: "BYTES", Shape: []int64{-1}}},
-	}
-	if mi.Task == string(models.TaskClassify) {
-		md.Outputs = []TensorMetadata{
-			{Name: "probabilities", Datatype: "FP32", Shape: []int64{-1, int64(len(mi.Labels))}},
-			{Name: "label", Datatype: "BYTES", Shape: []int64{-1}},
-		}
-	} else {
-		md.Outputs = []TensorMetadata{{Name: "embedding", Datatype: "FP32", Shape: []int64{-1, dim}}}
-	}
-	writeJSON(w, http.StatusOK, md)
+	writeJSON(w, http.StatusOK, KServeMetadata(mi))
 }
 
 func (s *Server) kserveModelReady(w http.ResponseWriter, r *http.Request) {
@@ -398,7 +380,7 @@ func (s *Server) kserveInfer(w http.ResponseWriter, r *http.Request) {
 	writeInferResponse(w, r, &InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs}, req.binaryOutputs(outs))
 }
 
-// outputNames are the outputs infer returns for a task, as kserveMetadata describes them.
+// outputNames are the outputs infer returns for a task, as KServeMetadata describes them.
 func outputNames(task models.Task) []string {
 	if task == models.TaskClassify {
 		return []string{"probabilities", "label"}
