@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -158,7 +160,9 @@ func (s *Server) kserveConfig(w http.ResponseWriter, r *http.Request) {
 }
 
 // kserveIndex answers POST /v2/repository/index. tritonclient sends it with no body and no
-// Content-Type, which stands for {}.
+// Content-Type, which stands for {}. A field other than "ready" is refused rather than
+// ignored: it is most likely meant for another of Triton's repository routes, which ortserve
+// does not serve.
 func (s *Server) kserveIndex(w http.ResponseWriter, r *http.Request) {
 	body, ok := s.readBody(w, r)
 	if !ok {
@@ -166,9 +170,20 @@ func (s *Server) kserveIndex(w http.ResponseWriter, r *http.Request) {
 	}
 	var req IndexRequest
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeJSON(body, &req); err != nil {
+		var fields map[string]json.RawMessage
+		if err := decodeJSON(body, &fields); err != nil {
 			badJSON(w, r, "bad JSON body: ", err)
 			return
+		}
+		for name, v := range fields {
+			if name != "ready" {
+				writeError(w, r, http.StatusUnprocessableEntity, "Validation", fmt.Sprintf("unknown field %q: the body may set only \"ready\" (a bool)", name))
+				return
+			}
+			if err := json.Unmarshal(v, &req.Ready); err != nil {
+				writeError(w, r, http.StatusUnprocessableEntity, "Validation", "\"ready\" must be a bool")
+				return
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, RepositoryIndex(s.repo.Describe(), req.Ready))
