@@ -57,7 +57,10 @@ type IndexEntry struct {
 }
 
 // KServeMetadata describes a model's tensors as KServe v2's model metadata does, the batch
-// dimension first (-1). A rerank model has none: the KServe routes refuse it.
+// dimension first (-1). The input is [-1, 1], one text per row, as Triton describes a text
+// input of a batching model: perf_analyzer drops the batch dimension and sends [n, 1], and
+// could not fill a tensor of no dimensions. Infer takes any shape with as many elements as
+// texts, [n] too. A rerank model has no tensors: the KServe routes refuse it.
 func KServeMetadata(mi ModelInfo) ModelMetadata {
 	dim := int64(mi.Dimension)
 	if dim == 0 {
@@ -67,7 +70,7 @@ func KServeMetadata(mi ModelInfo) ModelMetadata {
 		Name:     mi.Name,
 		Versions: mi.Versions,
 		Platform: "onnxruntime_onnx",
-		Inputs:   []TensorMetadata{{Name: "text", Datatype: "BYTES", Shape: []int64{-1}}},
+		Inputs:   []TensorMetadata{{Name: "text", Datatype: "BYTES", Shape: []int64{-1, 1}}},
 	}
 	if mi.Task == string(models.TaskClassify) {
 		md.Outputs = []TensorMetadata{

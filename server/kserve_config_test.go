@@ -19,11 +19,11 @@ func TestTritonConfigRoutes(t *testing.T) {
 		want         string // the whole body for a 200, a part of it otherwise
 	}{
 		{"GET", "/v2/models/emb/config", 200, `{"name":"emb","platform":"onnxruntime_onnx","backend":"onnxruntime","max_batch_size":4,` +
-			`"input":[{"name":"text","data_type":"TYPE_STRING","dims":[]}],"output":[{"name":"embedding","data_type":"TYPE_FP32","dims":[3]}],"dynamic_batching":{}}`},
+			`"input":[{"name":"text","data_type":"TYPE_STRING","dims":[1]}],"output":[{"name":"embedding","data_type":"TYPE_FP32","dims":[3]}],"dynamic_batching":{}}`},
 		{"GET", "/v2/models/cls/config", 200, `{"name":"cls","platform":"onnxruntime_onnx","backend":"onnxruntime","max_batch_size":4,` +
-			`"input":[{"name":"text","data_type":"TYPE_STRING","dims":[]}],"output":[{"name":"probabilities","data_type":"TYPE_FP32","dims":[2]},{"name":"label","data_type":"TYPE_STRING","dims":[]}],"dynamic_batching":{}}`},
+			`"input":[{"name":"text","data_type":"TYPE_STRING","dims":[1]}],"output":[{"name":"probabilities","data_type":"TYPE_FP32","dims":[2]},{"name":"label","data_type":"TYPE_STRING","dims":[]}],"dynamic_batching":{}}`},
 		{"GET", "/v2/models/emb/versions/v1/config", 200, `{"name":"emb","platform":"onnxruntime_onnx","backend":"onnxruntime","max_batch_size":4,` +
-			`"input":[{"name":"text","data_type":"TYPE_STRING","dims":[]}],"output":[{"name":"embedding","data_type":"TYPE_FP32","dims":[3]}],"dynamic_batching":{}}`},
+			`"input":[{"name":"text","data_type":"TYPE_STRING","dims":[1]}],"output":[{"name":"embedding","data_type":"TYPE_FP32","dims":[3]}],"dynamic_batching":{}}`},
 		{"GET", "/v2/models/nope/config", 404, `{"error":"unknown model \"nope\"`},
 		{"GET", "/v2/models/emb/versions/v9/config", 404, `{"error":"unknown version \"emb/v9\"`},
 		{"GET", "/v2/models/emb/versions//config", 404, `unknown version`},

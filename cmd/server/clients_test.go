@@ -260,7 +260,7 @@ func TestTritonConfigClient(t *testing.T) {
 
 	want := config{
 		Name: "minilm", Platform: "onnxruntime_onnx", Backend: "onnxruntime", MaxBatchSize: info.MaxInputs,
-		Input:  []tensor{{Name: "text", DataType: "TYPE_STRING", Dims: []int64{}}},
+		Input:  []tensor{{Name: "text", DataType: "TYPE_STRING", Dims: []int64{1}}},
 		Output: []tensor{{Name: "embedding", DataType: "TYPE_FP32", Dims: []int64{384}}},
 	}
 	for name, c := range map[string]config{"config": got.Config, "config of int8": got.VersionConfig} {
