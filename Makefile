@@ -27,6 +27,8 @@ CLIENTS_KEY  := $(shell sha256sum scripts/clients/requirements.txt 2>/dev/null |
 CLIENTS      := $(CACHE)/clients/$(CLIENTS_KEY)
 PEERS_KEY    := $(shell sha256sum scripts/peers/requirements.txt 2>/dev/null | cut -c1-12)
 PEERS        := $(CACHE)/peers/$(PEERS_KEY)
+PERFA_KEY    := $(shell cat scripts/perf-analyzer/requirements.txt scripts/perf-analyzer.sh 2>/dev/null | sha256sum | cut -c1-12)
+PERFA        := $(CACHE)/perf-analyzer/$(PERFA_KEY)
 
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN          := bin/server
@@ -55,7 +57,7 @@ HADOLINT     := $(CACHE)/tools/hadolint-2.15.1
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI     := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
-.PHONY: all deps ort ort-cuda tokenizers venv golden-venv clients data models quantize damage golden build run test test-pure test-race-build test-timing-build unit lint bench bench-self bench-crosscheck bench-peers profile-served footprint gpu-check soak clean help
+.PHONY: all deps ort ort-cuda tokenizers venv golden-venv clients data models quantize damage golden build run test test-pure test-race-build test-timing-build unit lint bench bench-self bench-crosscheck perf-analyzer bench-peers profile-served footprint gpu-check soak clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -221,6 +223,9 @@ gpu-check: tokenizers models ## the folder to send to a GPU host, $(BENCH_OUT)/g
 
 bench-crosscheck: deps models build ## bench against vegeta at one rate on the same server (docs/bench.md)
 	$(RUN_ENV) scripts/bench-crosscheck.sh ./$(BIN) $(VEGETA) $(BENCH_OUT)/crosscheck
+
+perf-analyzer: deps models build ## Triton's perf_analyzer (PyPI) against bench at one rate on the same server, over KServe v2: $(BENCH_OUT)/perf-analyzer/ [RATE=40] [PROTOCOL=http|grpc] (docs/bench.md)
+	$(RUN_ENV) PROTOCOL=$(or $(PROTOCOL),http) scripts/perf-analyzer.sh ./$(BIN) $(PERFA) $(BENCH_OUT)/perf-analyzer $(or $(RATE),40)
 
 bench-peers: deps data models build ## ortserve against itself at --max-batch 1, a hugot (Go + ORT) and a FastAPI peer, each pinned to one core, on short texts and passages: $(BENCH_OUT)/peers/ (~1.5 h; PEERS_QUICK=1: minutes)
 	$(RUN_ENV) GO=$(GO) scripts/bench-peers.sh ./$(BIN) $(PEERS) $(BENCH_OUT)/peers

@@ -224,7 +224,7 @@ func TestKServe(t *testing.T) {
 		{"/v2/health/live", 200, `{"live":true}`},
 		{"/v2/health/ready", 200, `{"ready":true}`},
 		{"/v2/models/emb", 200, `"outputs":[{"name":"embedding","datatype":"FP32","shape":[-1,3]}]`},
-		{"/v2/models/emb", 200, `"inputs":[{"name":"text","datatype":"BYTES","shape":[-1]}]`},
+		{"/v2/models/emb", 200, `"inputs":[{"name":"text","datatype":"BYTES","shape":[-1,1]}]`},
 		{"/v2/models/emb/versions/v1", 200, `"platform":"onnxruntime_onnx"`},
 		{"/v2/models/cls", 200, `{"name":"probabilities","datatype":"FP32","shape":[-1,2]},{"name":"label","datatype":"BYTES","shape":[-1]}`},
 		{"/v2/models/emb/ready", 200, `"ready":true`},

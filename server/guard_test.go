@@ -103,7 +103,7 @@ func TestStrictInput(t *testing.T) {
 		{"kserve empty version metadata", "GET", "/v2/models/emb/versions/", "", "", 404, "kserve", ""},
 		{"tei unknown route", "POST", "/nope", json, `{}`, 404, "tei", "no such route"},
 		{"openai unknown route", "POST", "/v1/chat/completions", json, `{}`, 404, "openai", "no such route"},
-		{"kserve unknown route", "GET", "/v2/repository/index", "", "", 404, "kserve", "no such route"},
+		{"kserve unknown route", "POST", "/v2/repository/models/emb/load", "", "", 404, "kserve", "no such route"},
 		{"tei wrong method", "GET", "/embed", "", "", 405, "tei", "GET is not allowed"},
 		{"openai wrong method", "GET", "/v1/embeddings", "", "", 405, "openai", "GET is not allowed"},
 		{"kserve wrong method", "GET", "/v2/models/emb/infer", "", "", 405, "kserve", "GET is not allowed"},

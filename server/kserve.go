@@ -235,7 +235,7 @@ type ServerMetadata struct { //nolint:revive // KServe v2's name for it, beside 
 }
 
 func (s *Server) kserveServerMetadata(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, ServerMetadata{Name: "ortserve", Version: s.cfg.Info.Version, Extensions: []string{"binary_tensor_data"}})
+	writeJSON(w, http.StatusOK, ServerMetadata{Name: "ortserve", Version: s.cfg.Info.Version, Extensions: []string{"binary_tensor_data", "model_configuration"}})
 }
 
 func (s *Server) kserveLive(w http.ResponseWriter, _ *http.Request) {
@@ -285,76 +285,8 @@ func (s *Server) kserveMetadata(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, kserveMetadataOf(mi))
+	writeJSON(w, http.StatusOK, KServeMetadata(mi))
 }
-
-// kserveMetadataOf is a model's KServe metadata: one BYTES input of texts, and FP32 vectors
-// (or a classifier's probabilities and labels) out.
-func kserveMetadataOf(mi ModelInfo) ModelMetadata {
-	dim := int64(mi.Dimension)
-	if dim == 0 {
-		dim = -1
-	}
-	md := ModelMetadata{
-		Name:     mi.Name,
-		Versions: mi.Versions,
-		Platform: "onnxruntime_onnx",
-		Inputs:   []TensorMetadata{{Name: "text", Datatype: "BYTES", Shape: []int64{-1}}},
-	}
-	if mi.Task == string(models.TaskClassify) {
-		md.Outputs = []TensorMetadata{
-			{Name: "probabilities", Datatype: "FP32", Shape: []int64{-1, int64(len(mi.Labels))}},
-			{Name: "label", Datatype: "BYTES", Shape: []int64{-1}},
-		}
-	} else {
-		md.Outputs = []TensorMetadata{{Name: "embedding", Datatype: "FP32", Shape: []int64{-1, dim}}}
-	}
-	return md
-}
-
-// ModelConfig is the part of Triton's model configuration (its ModelConfig extension) that
-// clients such as perf_analyzer read to shape their requests, in Triton's JSON names. Dims
-// leave out the batch dimension, as Triton's do when MaxBatchSize is above 0.
-type ModelConfig struct {
-	Name         string              `json:"name"`
-	Platform     string              `json:"platform"`
-	Backend      string              `json:"backend"`
-	MaxBatchSize int                 `json:"max_batch_size"`
-	Input        []ModelConfigTensor `json:"input"`
-	Output       []ModelConfigTensor `json:"output"`
-}
-
-// ModelConfigTensor is one input or output of a ModelConfig; DataType is Triton's
-// ("TYPE_STRING", "TYPE_FP32").
-type ModelConfigTensor struct {
-	Name     string  `json:"name"`
-	DataType string  `json:"data_type"`
-	Dims     []int64 `json:"dims"`
-}
-
-// modelConfigOf is a model's Triton configuration, from its KServe metadata: the batch
-// dimension (each tensor's first) becomes max_batch_size, the server's --max-inputs; a text
-// is a [1] tensor of one string per row.
-func (s *Server) modelConfigOf(mi ModelInfo) ModelConfig {
-	md := kserveMetadataOf(mi)
-	c := ModelConfig{Name: mi.Name, Platform: md.Platform, Backend: "onnxruntime", MaxBatchSize: s.cfg.MaxInputs}
-	tensors := func(ts []TensorMetadata) []ModelConfigTensor {
-		out := make([]ModelConfigTensor, len(ts))
-		for i, t := range ts {
-			dims := t.Shape[1:]
-			if len(dims) == 0 {
-				dims = []int64{1}
-			}
-			out[i] = ModelConfigTensor{Name: t.Name, DataType: tritonDataType[t.Datatype], Dims: dims}
-		}
-		return out
-	}
-	c.Input, c.Output = tensors(md.Inputs), tensors(md.Outputs)
-	return c
-}
-
-// tritonDataType is the model configuration's name of a KServe datatype.
-var tritonDataType = map[string]string{"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32"}
 
 func (s *Server) kserveModelReady(w http.ResponseWriter, r *http.Request) {
 	mi, _, ok := s.kserveModel(w, r)
@@ -461,7 +393,7 @@ func (s *Server) kserveRun(ctx context.Context, mi ModelInfo, version string, re
 	return &InferResponse{ModelName: name, ModelVersion: st.Version, ID: req.ID, Outputs: outs}, st, nil
 }
 
-// outputNames are the outputs infer returns for a task, as kserveMetadata describes them.
+// outputNames are the outputs infer returns for a task, as KServeMetadata describes them.
 func outputNames(task models.Task) []string {
 	if task == models.TaskClassify {
 		return []string{"probabilities", "label"}

@@ -365,7 +365,7 @@ func TestKServeServerMetadata(t *testing.T) {
 	for _, path := range []string{"/v2", "/v2/"} {
 		code, body := getURL(t, ts.URL+path)
 		var md ServerMetadata
-		if err := json.Unmarshal([]byte(body), &md); err != nil || code != 200 || md.Name != "ortserve" || md.Version != "1.2.3" || !slices.Equal(md.Extensions, []string{"binary_tensor_data"}) {
+		if err := json.Unmarshal([]byte(body), &md); err != nil || code != 200 || md.Name != "ortserve" || md.Version != "1.2.3" || !slices.Equal(md.Extensions, []string{"binary_tensor_data", "model_configuration"}) {
 			t.Errorf("GET %s: %d %s", path, code, body)
 		}
 	}

@@ -51,7 +51,7 @@ func (k kserveGRPC) ModelMetadata(_ context.Context, req *pb.ModelMetadataReques
 	if err != nil {
 		return nil, err
 	}
-	md := kserveMetadataOf(mi)
+	md := KServeMetadata(mi)
 	tensors := func(ts []TensorMetadata) []*pb.ModelMetadataResponse_TensorMetadata {
 		out := make([]*pb.ModelMetadataResponse_TensorMetadata, len(ts))
 		for i, t := range ts {
@@ -67,7 +67,7 @@ func (k kserveGRPC) ModelConfig(_ context.Context, req *pb.ModelConfigRequest) (
 	if err != nil {
 		return nil, err
 	}
-	c := k.s.modelConfigOf(mi)
+	c := TritonConfig(mi, k.s.cfg.MaxInputs)
 	out := &pb.ModelConfig{Name: c.Name, Platform: c.Platform, Backend: c.Backend, MaxBatchSize: int32(min(c.MaxBatchSize, 1<<31-1))}
 	for _, t := range c.Input {
 		out.Input = append(out.Input, &pb.ModelInput{Name: t.Name, DataType: pb.DataType(pb.DataType_value[t.DataType]), Dims: t.Dims})

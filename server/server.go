@@ -145,9 +145,12 @@ func (s *Server) Handler() http.Handler {
 		r.Get("/health/ready", s.kserveReady)
 		r.Get("/models/{model}", s.kserveMetadata)
 		r.Get("/models/{model}/ready", s.kserveModelReady)
+		r.Get("/models/{model}/config", s.kserveConfig) // Triton's extensions: kserve_config.go
 		r.With(s.admit("/v2/models/{model}/infer")).Post("/models/{model}/infer", s.kserveInfer)
 		r.Get("/models/{model}/versions/{version}", s.kserveMetadata)
 		r.Get("/models/{model}/versions/{version}/ready", s.kserveModelReady)
+		r.Get("/models/{model}/versions/{version}/config", s.kserveConfig)
+		r.Post("/repository/index", s.kserveIndex)
 		r.With(s.admit("/v2/models/{model}/versions/{version}/infer")).Post("/models/{model}/versions/{version}/infer", s.kserveInfer)
 	})
 	return r

@@ -263,18 +263,43 @@ func batteryCases() []badRequest {
 		"/embeds", "/embed/", "/embed/minilm", "/predicts", "/predict/x", "/tokenize/x", "/rerank/x", "/embed_sparse/", "/embed_sparses", "/nosuch",
 		"/v1", "/v1/", "/v1/embedding", "/v1/embeddings/", "/v1/embeddings/x", "/v1/rerank/x", "/v1/chat/completions", "/v1/completions", "/v1/nosuch",
 		"/v2/nosuch", "/v2/models", "/v2/models/", "/v2/models/minilm/infer/", "/v2/models/minilm/infer/x", "/v2/models/minilm/versions/int8/infer/",
-		"/v2/models/minilm/versions/int8/infer/x", "/v2/models/minilm/versions", "/v2/models/minilm/generate", "/v2/repository/index",
+		"/v2/models/minilm/versions/int8/infer/x", "/v2/models/minilm/versions", "/v2/models/minilm/generate", "/v2/repository", "/v2/repository/index/",
+		"/v2/repository/models/minilm/load", "/v2/models/minilm/config/x",
 	} {
 		add("unknown route", p, `{"inputs":"hello"}`, 404)
 	}
-	for _, p := range []string{"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/minilm/versions/nosuch", "/v2/models/minilm/versions/nosuch/ready", "/v2/models/minilm/versions/"} {
+	for _, p := range []string{"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/minilm/versions/nosuch", "/v2/models/minilm/versions/nosuch/ready", "/v2/models/minilm/versions/",
+		"/v2/models/nosuch/config", "/v2/models/nosuch/versions/int8/config", "/v2/models/minilm/versions/nosuch/config", "/v2/models/minilm/versions//config", "/v2/models/MINILM/config"} {
 		cases = append(cases, badRequest{name: "unknown model or version", method: http.MethodGet, path: p, want: 404})
 	}
-	for _, p := range []string{"/health", "/ping", "/info", "/metrics", "/openapi.json", "/api-doc/openapi.json", "/v1/models", "/v1/models/minilm", "/v2/health/live", "/v2/health/ready", "/v2/models/minilm", "/v2/models/minilm/ready"} {
+	for _, p := range []string{"/health", "/ping", "/info", "/metrics", "/openapi.json", "/api-doc/openapi.json", "/v1/models", "/v1/models/minilm", "/v2/health/live", "/v2/health/ready", "/v2/models/minilm", "/v2/models/minilm/ready",
+		"/v2/models/minilm/config", "/v2/models/minilm/versions/int8/config"} {
 		add("POST to a GET route", p, `{}`, 405)
 	}
 	for _, p := range []string{"/v1/models/nosuch", "/v1/models/minilm/nosuch", "/v1/models/minilm/fp32/x"} {
 		cases = append(cases, badRequest{name: "unknown OpenAI model", method: http.MethodGet, path: p, want: 404})
+	}
+	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
+		cases = append(cases, badRequest{name: method + " to the repository index", method: method, path: "/v2/repository/index", want: 405})
+	}
+	for _, tc := range []struct {
+		name, ctype, body string
+		want              int
+	}{
+		{"not JSON", "", "hello", 422},
+		{"a list", "", `[]`, 422},
+		{"a string", "", `"ready"`, 422},
+		{"ready a string", "", `{"ready":"yes"}`, 422},
+		{"ready a number", "", `{"ready":1}`, 422},
+		{"an unknown field", "", `{"inputs":"hello"}`, 422},
+		{"Triton's load parameters", "", `{"parameters":{"config":"{}"}}`, 422},
+		{"trailing data", "", `{"ready":true}{}`, 422},
+		{"not UTF-8", "", "{\"ready\":\"\xff\"}", 400},
+		{"text/plain", "text/plain", `{"ready":true}`, 415},
+		{"a form", "application/x-www-form-urlencoded", `ready=true`, 415},
+		{"over the body limit", "", `{"ready":true,"x":"` + strings.Repeat("x", batteryMaxBody) + `"}`, 413},
+	} {
+		cases = append(cases, badRequest{name: "repository index: " + tc.name, path: "/v2/repository/index", ctype: tc.ctype, body: tc.body, want: tc.want})
 	}
 
 	// Model names and versions.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -204,6 +205,94 @@ func TestTritonClient(t *testing.T) {
 	}
 	if !strings.Contains(got.UnknownModelError, `unknown model "no-such-model"`) {
 		t.Errorf("an unknown model raised %q", got.UnknownModelError)
+	}
+}
+
+// TestTritonConfigClient drives tritonclient.http's get_model_config and
+// get_model_repository_index: the config must say what perf_analyzer needs (max_batch_size the
+// server's --max-inputs, dims the metadata's shapes after the batch dimension), and the index
+// must list every version of every model the KServe routes serve, READY.
+func TestTritonConfigClient(t *testing.T) {
+	t.Parallel()
+	url := sharedServer(t)
+	var info struct {
+		MaxInputs int `json:"max_client_batch_size"`
+		Models    []struct {
+			Name     string   `json:"name"`
+			Task     string   `json:"task"`
+			Versions []string `json:"versions"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(get(t, url+"/info")), &info); err != nil {
+		t.Fatal(err)
+	}
+	type tensor struct {
+		Name     string  `json:"name"`
+		DataType string  `json:"data_type"`
+		Dims     []int64 `json:"dims"`
+	}
+	type config struct {
+		Name            string          `json:"name"`
+		Platform        string          `json:"platform"`
+		Backend         string          `json:"backend"`
+		MaxBatchSize    int             `json:"max_batch_size"`
+		Input           []tensor        `json:"input"`
+		Output          []tensor        `json:"output"`
+		DynamicBatching json.RawMessage `json:"dynamic_batching"`
+	}
+	type entry struct {
+		Name, Version, State, Reason string
+	}
+	var got struct {
+		Config        config `json:"config"`
+		VersionConfig config `json:"version_config"`
+		Metadata      struct {
+			Outputs []struct {
+				Name  string  `json:"name"`
+				Shape []int64 `json:"shape"`
+			} `json:"outputs"`
+		} `json:"metadata"`
+		Index               []entry `json:"index"`
+		UnknownModelError   string  `json:"unknown_model_error"`
+		UnknownVersionError string  `json:"unknown_version_error"`
+	}
+	runClient(t, "triton_config.py", nil, &got, url, "minilm", "int8")
+
+	want := config{
+		Name: "minilm", Platform: "onnxruntime_onnx", Backend: "onnxruntime", MaxBatchSize: info.MaxInputs,
+		Input:  []tensor{{Name: "text", DataType: "TYPE_STRING", Dims: []int64{1}}},
+		Output: []tensor{{Name: "embedding", DataType: "TYPE_FP32", Dims: []int64{384}}},
+	}
+	for name, c := range map[string]config{"config": got.Config, "config of int8": got.VersionConfig} {
+		if string(c.DynamicBatching) != "{}" || info.MaxInputs == 0 {
+			t.Errorf("%s: dynamic_batching %s, /info's max_client_batch_size %d", name, c.DynamicBatching, info.MaxInputs)
+		}
+		c.DynamicBatching = nil
+		if !reflect.DeepEqual(c, want) {
+			t.Errorf("%s: %+v, want %+v", name, c, want)
+		}
+	}
+	if len(got.Metadata.Outputs) != 1 || !slices.Equal(got.Metadata.Outputs[0].Shape[1:], want.Output[0].Dims) {
+		t.Errorf("metadata outputs %+v disagree with the config's %+v", got.Metadata.Outputs, want.Output)
+	}
+
+	var wantIndex []entry
+	for _, m := range info.Models {
+		if m.Task == "rerank" { // the KServe routes refuse rerank models
+			continue
+		}
+		for _, v := range m.Versions {
+			wantIndex = append(wantIndex, entry{Name: m.Name, Version: v, State: "READY"})
+		}
+	}
+	slices.SortFunc(wantIndex, func(a, b entry) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Version, b.Version))
+	})
+	if !slices.Equal(got.Index, wantIndex) {
+		t.Errorf("repository index %+v, want %+v", got.Index, wantIndex)
+	}
+	if !strings.Contains(got.UnknownModelError, `unknown model "no-such-model"`) || !strings.Contains(got.UnknownVersionError, `unknown version "minilm/no-such-version"`) {
+		t.Errorf("an unknown model raised %q, an unknown version %q", got.UnknownModelError, got.UnknownVersionError)
 	}
 }
 
