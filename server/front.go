@@ -199,8 +199,14 @@ func stopGRPC(gs *GRPCServer) <-chan struct{} {
 	return done
 }
 
-// waitGRPC waits for grpcStopped until ctx ends.
+// waitGRPC waits for grpcStopped until ctx ends. A server stopped already (or none) is nil
+// even when ctx has ended too, which select alone would pick at random.
 func waitGRPC(ctx context.Context, grpcStopped <-chan struct{}) error {
+	select {
+	case <-grpcStopped:
+		return nil
+	default:
+	}
 	select {
 	case <-grpcStopped:
 		return nil
@@ -265,7 +271,7 @@ func (f *Front) Shutdown(p ShutdownPlan) error {
 		f.log.Warn("closing the connections still open at the end of the grace", "err", err)
 		f.hs.Close()
 	}
-	if err := waitGRPC(ctx, grpcStopped); err != nil {
+	if err := waitGRPC(ctx, grpcStopped); err != nil && p.GRPC != nil {
 		f.log.Warn("closing the gRPC connections still open at the end of the grace", "err", err)
 		p.GRPC.Stop()
 	}

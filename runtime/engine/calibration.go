@@ -12,11 +12,11 @@ import (
 	"github.com/ortserve/ortserve/tokenize"
 )
 
-// staleCache is how many times slower than this host now runs it a cached calibration may
-// say the check's shape is before it is measured anew: such a file was measured while the
-// host was busy. The other way round (the cache faster than now) is the host busy now, which
-// the batches served teach the cost model, as they would have taught one measured now.
-const staleCache = 3
+// DefaultStaleCache is Config.StaleCache's default: a cached calibration that says the
+// check's shape takes over 3 times what it takes now was measured while the host was busy.
+// The other way round (the cache faster than now) is the host busy now, which the batches
+// served teach the cost model, as they would have taught one measured now.
+const DefaultStaleCache = 3
 
 // checkRuns is how many times the check times its shape on a warm session; it takes the
 // fastest, the run least disturbed by what else the host runs. A start with the cache pays
@@ -56,7 +56,7 @@ func (e *Engine) seedFromCache(ctx context.Context, spec models.ExecSpec, pool *
 	if err != nil {
 		return false, err
 	}
-	if ratio > staleCache {
+	if ratio > e.staleCache {
 		if e.log != nil {
 			e.log.Warn("calibration cache: the cached cost is far above what this host takes now (measured while it was busy); calibrating anew",
 				"model", spec.Model, "version", spec.Version, "cached_vs_now", round2(ratio))

@@ -49,6 +49,10 @@ type Config struct {
 	// that the next load of the same version on the same machine seeds its cost model from
 	// there instead of measuring it; "": none, every load measures.
 	CalibrationCache string
+	// StaleCache is how many times slower than this host runs it now a cached calibration
+	// may say a batch of 1 × 16 tokens takes before it is measured anew (a calibration
+	// measured while the host was busy); 0: DefaultStaleCache; +Inf: never.
+	StaleCache float64
 	// Background measures a version's calibration, where the cache does not hold it, while
 	// the version serves (runtime.Pool.CalibrateServing): Load returns once the sessions are
 	// open and warm, and the version serves one row a batch until its cost curve is
@@ -73,6 +77,7 @@ type Engine struct {
 	calibration time.Duration
 	background  bool
 	cache       *calibcache.Store             // nil: none
+	staleCache  float64                       // Config.StaleCache, resolved
 	machine     string                        // calibcache.Machine, once
 	held        atomic.Pointer[chan struct{}] // HoldCalibrations' channel while it holds
 	observe     func(model, version string) runtime.Observer
@@ -96,7 +101,8 @@ func New(env *ort.Env, c Config) (*Engine, error) {
 	threads, sessions := size(p, c.Threads, c.Sessions, goruntime.GOMAXPROCS(0))
 	e := &Engine{
 		env: env, sessions: sessions, batch: c.Batch, calibration: c.Calibration, background: c.Background,
-		observe: c.Observe, log: c.Log, why: why,
+		staleCache: cmp.Or(c.StaleCache, DefaultStaleCache),
+		observe:    c.Observe, log: c.Log, why: why,
 		opts: ort.Options{Provider: p, DeviceID: c.DeviceID, IntraOpThreads: threads, InterOpThreads: 1, Strict: c.Strict},
 	}
 	if e.observe == nil {

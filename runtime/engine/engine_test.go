@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -311,7 +312,11 @@ func TestSharedWeights(t *testing.T) {
 func TestCalibrationCache(t *testing.T) {
 	var logs syncBuffer
 	dir := t.TempDir()
-	e := cpuEngine(t, engine.Config{Sessions: 1, Calibration: 200 * time.Millisecond, CalibrationCache: dir, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	// The first calibration may be measured while the rest of the suite loads the host, and
+	// the check run on a quiet one: the check is left out (StaleCache +Inf) but for the stale
+	// file below, which an engine of the default loads.
+	noCheck := engine.Config{Sessions: 1, Calibration: 200 * time.Millisecond, CalibrationCache: dir, StaleCache: math.Inf(1), Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	e := cpuEngine(t, noCheck)
 	spec := models.ExecSpec{Model: "minilm", Version: "fp32", Path: filepath.Join(modelDir("minilm"), "fp32.onnx"), Output: "last_hidden_state"}
 	loadTimed := func() (*engine.Version, time.Duration) {
 		t.Helper()
@@ -367,11 +372,15 @@ func TestCalibrationCache(t *testing.T) {
 	if err := os.WriteFile(files[0], data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	withCheck := noCheck
+	withCheck.StaleCache = 0
+	e = cpuEngine(t, withCheck)
 	fourth, _ := loadTimed()
 	defer fourth.Close()
 	if fourth.ExecInfo().Calibration != "measured" || !strings.Contains(logs.String(), `level=WARN msg="calibration cache: the cached cost is far above what this host takes now`) {
 		t.Errorf("a cache 100 times too slow: calibration %s; log:\n%s", fourth.ExecInfo().Calibration, logs.String())
 	}
+	e = cpuEngine(t, noCheck)
 	fifth, _ := loadTimed()
 	defer fifth.Close()
 	if fifth.ExecInfo().Calibration != "cached" {
@@ -384,7 +393,7 @@ func TestCalibrationCache(t *testing.T) {
 // and the next load seeds from it. Closing a version that is still measuring stops it.
 func TestBackgroundCalibration(t *testing.T) {
 	dir := t.TempDir()
-	e := cpuEngine(t, engine.Config{Sessions: 2, Calibration: 300 * time.Millisecond, CalibrationCache: dir, Background: true})
+	e := cpuEngine(t, engine.Config{Sessions: 2, Calibration: 300 * time.Millisecond, CalibrationCache: dir, StaleCache: math.Inf(1), Background: true})
 	spec := models.ExecSpec{Model: "minilm", Version: "fp32", Path: filepath.Join(modelDir("minilm"), "fp32.onnx"), Output: "last_hidden_state"}
 	tok, err := e.Tokenizer(filepath.Join(modelDir("minilm"), "tokenizer.json"), 128)
 	if err != nil {
