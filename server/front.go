@@ -199,8 +199,15 @@ func stopGRPC(gs *GRPCServer) <-chan struct{} {
 	return done
 }
 
-// waitGRPC waits for grpcStopped until ctx ends.
+// waitGRPC waits for grpcStopped until ctx ends. A stop already done wins over an ended
+// ctx (select would pick either at random): without a gRPC server, grpcStopped is closed
+// from the start, and there is nothing to Stop.
 func waitGRPC(ctx context.Context, grpcStopped <-chan struct{}) error {
+	select {
+	case <-grpcStopped:
+		return nil
+	default:
+	}
 	select {
 	case <-grpcStopped:
 		return nil
