@@ -290,7 +290,7 @@ func TestGRPCInFlightCap(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("the admitted request: %v", err)
 	}
-	for _, labels := range [][]string{{"", "", inferMethod, "429"}, {"emb", "v1", inferMethod, "200"}} {
+	for _, labels := range [][]string{{"", "", pb.GRPCInferenceService_ModelInfer_FullMethodName, "429"}, {"emb", "v1", pb.GRPCInferenceService_ModelInfer_FullMethodName, "200"}} {
 		if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues(labels...)); got != 1 {
 			t.Errorf("requests_total%v = %v, want 1", labels, got)
 		}
@@ -306,14 +306,14 @@ func TestGRPCDeadline(t *testing.T) {
 	ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Millisecond))
 	defer cancel()
 	ran := false
-	_, err := s.grpcUnary(ctx, textsRequest("emb", "a"), &grpc.UnaryServerInfo{FullMethod: inferMethod}, func(context.Context, any) (any, error) {
+	_, err := s.grpcUnary(ctx, textsRequest("emb", "a"), &grpc.UnaryServerInfo{FullMethod: pb.GRPCInferenceService_ModelInfer_FullMethodName}, func(context.Context, any) (any, error) {
 		ran = true
 		return nil, nil
 	})
 	if status.Code(err) != codes.DeadlineExceeded || ran {
 		t.Errorf("expired on arrival: %v, ran %v", err, ran)
 	}
-	if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues("", "", inferMethod, "504")); got != 1 {
+	if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues("", "", pb.GRPCInferenceService_ModelInfer_FullMethodName, "504")); got != 1 {
 		t.Errorf("requests_total{code=504} = %v", got)
 	}
 
