@@ -486,13 +486,8 @@ func (s *Server) answered(w http.ResponseWriter, r *http.Request, err error) boo
 	return true
 }
 
-// checkChars is checkInputs' characters: each text at most MaxInputChars, cut in place when
-// truncate, else refused; name(i) names texts[i] in the message.
-func (s *Server) checkChars(w http.ResponseWriter, r *http.Request, texts []string, truncate bool, name func(int) string) bool {
-	return s.answered(w, r, s.charsError(texts, truncate, name))
-}
-
-// charsError is checkChars' check, as an error.
+// charsError is checkInputs' characters: each text at most MaxInputChars, cut in place
+// when truncate, else refused; name(i) names texts[i] in the message.
 func (s *Server) charsError(texts []string, truncate bool, name func(int) string) error {
 	limit := s.cfg.MaxInputChars
 	if limit <= 0 {

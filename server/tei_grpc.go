@@ -125,7 +125,9 @@ func teiTruncate(truncate bool) *bool {
 	return nil
 }
 
-func teiLeft(d teipb.TruncationDirection) bool { return d == teipb.TruncationDirection_TRUNCATION_DIRECTION_LEFT }
+func teiLeft(d teipb.TruncationDirection) bool {
+	return d == teipb.TruncationDirection_TRUNCATION_DIRECTION_LEFT
+}
 
 // teiTexts holds one message's texts to the limits, as checkInputs does; an empty text is
 // refused, as TEI refuses it, for it is most likely a message whose inputs were not set.
@@ -237,7 +239,7 @@ func (t teiEmbed) EmbedSparse(ctx context.Context, req *teipb.EmbedSparseRequest
 	}
 	out := &teipb.EmbedSparseResponse{Metadata: teiMetadata(texts, st, start)}
 	for _, v := range vecs[0] {
-		out.SparseEmbeddings = append(out.SparseEmbeddings, &teipb.SparseValue{Index: uint32(v.Index), Value: v.Value})
+		out.SparseEmbeddings = append(out.SparseEmbeddings, &teipb.SparseValue{Index: v.Index, Value: v.Value})
 	}
 	return out, nil
 }

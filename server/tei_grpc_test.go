@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -177,7 +178,7 @@ func TestTEIGRPCStreams(t *testing.T) {
 	if err := dst.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dst.Recv(); err != io.EOF {
+	if _, err := dst.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("DecodeStream after CloseSend: %v, want EOF", err)
 	}
 

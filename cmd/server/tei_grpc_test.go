@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"math"
 	"slices"
@@ -69,7 +70,7 @@ func TestTEIGRPCClient(t *testing.T) {
 				t.Errorf("EmbedStream message %d: cosine %.7f with /embed", i, cos)
 			}
 		}
-		if _, err := st.Recv(); err != io.EOF {
+		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 			t.Errorf("EmbedStream's end: %v", err)
 		}
 	})
