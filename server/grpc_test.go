@@ -31,6 +31,13 @@ import (
 // grpcConn serves s's gRPC face in process, over an in-memory connection.
 func grpcConn(t *testing.T, s *Server) *grpc.ClientConn {
 	t.Helper()
+	_, conn := grpcServe(t, s)
+	return conn
+}
+
+// grpcServe is grpcConn, with the gRPC server, for a test that stops it.
+func grpcServe(t *testing.T, s *Server) (*GRPCServer, *grpc.ClientConn) {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	gs := s.GRPC()
 	go gs.Serve(lis)
@@ -42,7 +49,7 @@ func grpcConn(t *testing.T, s *Server) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn
+	return gs, conn
 }
 
 // testGRPCServer is newTestServer's server, with its gRPC face.
@@ -331,16 +338,7 @@ func TestGRPCGracefulStop(t *testing.T) {
 	m := &blockingModel{fakeModel: fakeModel{task: models.TaskEmbed}, started: make(chan struct{}, 2), release: make(chan struct{})}
 	s := New(grpcTestConfig(), embRepo{m}, slog.New(slog.DiscardHandler), nil)
 	s.SetReady(true)
-	lis := bufconn.Listen(1 << 20)
-	gs := s.GRPC()
-	go gs.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///ortserve",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	gs, conn := grpcServe(t, s)
 	c := pb.NewGRPCInferenceServiceClient(conn)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

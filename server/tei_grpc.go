@@ -138,6 +138,17 @@ func (s *Server) teiTexts(field string, texts []string, truncate bool) error {
 	return s.inputsError(texts, truncate)
 }
 
+// teiEmbedding is an embedding message's one text, held to the limits, and its options
+// (embedOptionsOf).
+func (s *Server) teiEmbedding(inputs string, truncate bool, normalize *bool, dir teipb.TruncationDirection, prompt string, dims *int) ([]string, models.EmbedOptions, error) {
+	opts, err := s.embedOptionsOf(teiTruncate(truncate), normalize, teiLeft(dir), prompt, dims)
+	if err != nil {
+		return nil, opts, err
+	}
+	texts := []string{inputs}
+	return texts, opts, s.teiTexts("inputs", texts, opts.Truncate)
+}
+
 // teiNonEmpty refuses an empty text.
 func teiNonEmpty(field string, texts []string) error {
 	if slices.Contains(texts, "") {
@@ -202,12 +213,8 @@ func (t teiEmbed) Embed(ctx context.Context, req *teipb.EmbedRequest) (*teipb.Em
 		dims = &d
 	}
 	normalize := req.GetNormalize()
-	opts, err := t.s.embedOptionsOf(teiTruncate(req.GetTruncate()), &normalize, teiLeft(req.GetTruncationDirection()), req.GetPromptName(), dims)
+	texts, opts, err := t.s.teiEmbedding(req.GetInputs(), req.GetTruncate(), &normalize, req.GetTruncationDirection(), req.GetPromptName(), dims)
 	if err != nil {
-		return nil, err
-	}
-	texts := []string{req.GetInputs()}
-	if err := t.s.teiTexts("inputs", texts, opts.Truncate); err != nil {
 		return nil, err
 	}
 	vecs, _, st, err := onModel(ctx, t.s, "", models.TaskEmbed, func(ctx context.Context, p Pipeline) ([][]float32, models.Stats, error) {
@@ -225,12 +232,8 @@ func (t teiEmbed) EmbedStream(ss grpc.BidiStreamingServer[teipb.EmbedRequest, te
 
 func (t teiEmbed) EmbedSparse(ctx context.Context, req *teipb.EmbedSparseRequest) (*teipb.EmbedSparseResponse, error) {
 	start := time.Now()
-	opts, err := t.s.embedOptionsOf(teiTruncate(req.GetTruncate()), nil, teiLeft(req.GetTruncationDirection()), req.GetPromptName(), nil)
+	texts, opts, err := t.s.teiEmbedding(req.GetInputs(), req.GetTruncate(), nil, req.GetTruncationDirection(), req.GetPromptName(), nil)
 	if err != nil {
-		return nil, err
-	}
-	texts := []string{req.GetInputs()}
-	if err := t.s.teiTexts("inputs", texts, opts.Truncate); err != nil {
 		return nil, err
 	}
 	vecs, _, st, err := t.s.sparseOn(ctx, "", "", texts, opts)
@@ -250,12 +253,8 @@ func (t teiEmbed) EmbedSparseStream(ss grpc.BidiStreamingServer[teipb.EmbedSpars
 
 func (t teiEmbed) EmbedAll(ctx context.Context, req *teipb.EmbedAllRequest) (*teipb.EmbedAllResponse, error) {
 	start := time.Now()
-	opts, err := t.s.embedOptionsOf(teiTruncate(req.GetTruncate()), nil, teiLeft(req.GetTruncationDirection()), req.GetPromptName(), nil)
+	texts, opts, err := t.s.teiEmbedding(req.GetInputs(), req.GetTruncate(), nil, req.GetTruncationDirection(), req.GetPromptName(), nil)
 	if err != nil {
-		return nil, err
-	}
-	texts := []string{req.GetInputs()}
-	if err := t.s.teiTexts("inputs", texts, opts.Truncate); err != nil {
 		return nil, err
 	}
 	vecs, _, st, err := onModel(ctx, t.s, "", models.TaskEmbed, func(ctx context.Context, p Pipeline) ([][][]float32, models.Stats, error) {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,10 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ortserve/ortserve/models"
@@ -333,16 +330,7 @@ func TestTEIGRPCAuth(t *testing.T) {
 func TestTEIGRPCStreamDrains(t *testing.T) {
 	s := New(grpcTestConfig(), teiRepo(), slog.New(slog.DiscardHandler), nil)
 	s.SetReady(true)
-	lis := bufconn.Listen(1 << 20)
-	gs := s.GRPC()
-	go gs.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///ortserve",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	gs, conn := grpcServe(t, s)
 	st, err := teipb.NewEmbedClient(conn).EmbedStream(t.Context())
 	if err != nil {
 		t.Fatal(err)
