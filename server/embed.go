@@ -38,34 +38,50 @@ func (s *Server) answerEmbed(w http.ResponseWriter, r *http.Request, req *EmbedR
 // error (fail). It is what every inference route does once it has checked its request.
 func runModel[T any](s *Server, w http.ResponseWriter, r *http.Request, model string, task models.Task, start time.Time,
 	call func(context.Context, Pipeline) (T, models.Stats, error), enc func([]byte, T) ([]byte, error)) {
-	p, name, release, err := s.repo.Acquire(model, task)
+	out, name, st, err := onModel(r.Context(), s, model, task, call)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	defer release()
-	out, st, err := call(r.Context(), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	note(r, name, st)
 	setTiming(w, name, st, start)
 	writeEncoded(w, r, http.StatusOK, out, enc)
 }
 
-// embedOptions are the models.EmbedOptions of an embedding request's fields: truncate as it
-// says (or the server's auto_truncate), on the side truncation_direction says
-// (truncationLeft), normalize unless it says false, its prompt_name (the server's
-// --default-prompt-name the fallback) and dimensions. The model checks the prompt and the
-// dimensions against its own; a dimensions under 1 is refused here. On a refusal it has
-// answered, and ok is false.
+// onModel is runModel's work, for HTTP and gRPC alike: it acquires the model named (or the
+// first that does task), runs call on it, and notes for the request's metrics what served
+// it. It returns call's answer and the name of the model that gave it.
+func onModel[T any](ctx context.Context, s *Server, model string, task models.Task,
+	call func(context.Context, Pipeline) (T, models.Stats, error)) (out T, name string, st models.Stats, err error) {
+	p, name, release, err := s.repo.Acquire(model, task)
+	if err != nil {
+		return out, "", st, err
+	}
+	defer release()
+	if out, st, err = call(ctx, p); err != nil {
+		return out, "", st, err
+	}
+	noteIn(ctx, name, st)
+	return out, name, st, nil
+}
+
+// embedOptions are the models.EmbedOptions of an embedding request's fields (embedOptionsOf),
+// truncation_direction read by truncationLeft. On a refusal it has answered, and ok is false.
 func (s *Server) embedOptions(w http.ResponseWriter, r *http.Request, truncate, normalize *bool, direction, prompt string, dimensions *int) (o models.EmbedOptions, ok bool) {
 	left, ok := s.truncationLeft(w, r, direction)
 	if !ok {
 		return o, false
 	}
-	o = models.EmbedOptions{
+	o, err := s.embedOptionsOf(truncate, normalize, left, prompt, dimensions)
+	return o, s.answered(w, r, err)
+}
+
+// embedOptionsOf are the models.EmbedOptions of an embedding request's fields: truncate as it
+// says (or the server's auto_truncate), on the left when left, normalize unless it says
+// false, its prompt_name (the server's --default-prompt-name the fallback) and dimensions.
+// The model checks the prompt and the dimensions against its own; a dimensions under 1 is
+// refused here, with a *models.OptionError.
+func (s *Server) embedOptionsOf(truncate, normalize *bool, left bool, prompt string, dimensions *int) (models.EmbedOptions, error) {
+	o := models.EmbedOptions{
 		Truncate:       s.truncate(truncate),
 		Left:           left,
 		Normalize:      normalize == nil || *normalize,
@@ -74,12 +90,11 @@ func (s *Server) embedOptions(w http.ResponseWriter, r *http.Request, truncate, 
 	}
 	if d := dimensions; d != nil {
 		if *d < 1 {
-			s.fail(w, r, &models.OptionError{Field: "dimensions", Msg: fmt.Sprintf("dimensions %d: give at least 1, or leave dimensions out for the whole vector", *d)})
-			return o, false
+			return o, &models.OptionError{Field: "dimensions", Msg: fmt.Sprintf("dimensions %d: give at least 1, or leave dimensions out for the whole vector", *d)}
 		}
 		o.Dimensions = *d
 	}
-	return o, true
+	return o, nil
 }
 
 // optionStatus is the status of a refused embedding field: TEI's 422 (Validation), or on

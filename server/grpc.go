@@ -22,11 +22,23 @@ import (
 
 	"github.com/ortserve/ortserve/runtime"
 	pb "github.com/ortserve/ortserve/server/grpc/inferencepb"
+	"github.com/ortserve/ortserve/server/grpc/teipb"
 )
 
-// inferMethod is the one gRPC method that runs a model: admitted, deadlined and counted in
-// the request metrics (route label: the method's full name) as HTTP's inference routes are.
-const inferMethod = pb.GRPCInferenceService_ModelInfer_FullMethodName
+// grpcAdmitted are the unary methods that run a model: admitted, deadlined and counted in
+// the request metrics (route label: the method's full name) as HTTP's inference routes
+// are. A stream's messages are admitted one by one, under the stream's method (teiStream).
+var grpcAdmitted = map[string]bool{
+	pb.GRPCInferenceService_ModelInfer_FullMethodName: true,
+	teipb.Embed_Embed_FullMethodName:                  true,
+	teipb.Embed_EmbedSparse_FullMethodName:            true,
+	teipb.Embed_EmbedAll_FullMethodName:               true,
+	teipb.Predict_Predict_FullMethodName:              true,
+	teipb.Predict_PredictPair_FullMethodName:          true,
+	teipb.Rerank_Rerank_FullMethodName:                true,
+	teipb.Tokenize_Tokenize_FullMethodName:            true,
+	teipb.Tokenize_Decode_FullMethodName:              true,
+}
 
 // grpcAuthExempt are the methods --auth-exempt opens, by the name the flag takes, as
 // authExempt does HTTP's routes.
@@ -44,14 +56,16 @@ func newHealth() *health.Server {
 	return h
 }
 
-// setHealth says, for the server ("") and the inference service, whether they serve.
+// setHealth says, for the server ("") and each inference service, whether they serve.
 func setHealth(h *health.Server, ok bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	h.SetServingStatus("", st)
-	h.SetServingStatus(pb.GRPCInferenceService_ServiceDesc.ServiceName, st)
+	for _, name := range []string{"", pb.GRPCInferenceService_ServiceDesc.ServiceName, teipb.Info_ServiceDesc.ServiceName,
+		teipb.Embed_ServiceDesc.ServiceName, teipb.Predict_ServiceDesc.ServiceName, teipb.Rerank_ServiceDesc.ServiceName, teipb.Tokenize_ServiceDesc.ServiceName} {
+		h.SetServingStatus(name, st)
+	}
 }
 
 // GRPCServer is the server's gRPC face: a grpc.Server whose GracefulStop first ends the
@@ -70,8 +84,8 @@ func (g *GRPCServer) GracefulStop() {
 	g.Server.GracefulStop()
 }
 
-// GRPC is the server's gRPC face, to Serve on a listener: KServe v2's inference service and
-// grpc.health.v1. A message is bounded by MaxBodyBytes, as a body is (past it, gRPC's own
+// GRPC is the server's gRPC face, to Serve on a listener: KServe v2's inference service,
+// TEI's tei.v1 services (tei_grpc.go) and grpc.health.v1. A message is bounded by MaxBodyBytes, as a body is (past it, gRPC's own
 // RESOURCE_EXHAUSTED).
 func (s *Server) GRPC() *GRPCServer {
 	g := &GRPCServer{}
@@ -82,37 +96,45 @@ func (s *Server) GRPC() *GRPCServer {
 	}
 	g.Server = grpc.NewServer(opts...)
 	pb.RegisterGRPCInferenceServiceServer(g.Server, kserveGRPC{s: s})
+	registerTEI(g.Server, s)
 	healthpb.RegisterHealthServer(g.Server, s.grpcHealth)
 	return g
 }
 
-// grpcUnary is admit and authorize for gRPC: the API key; then, for ModelInfer, its metrics,
-// the in-flight cap (RESOURCE_EXHAUSTED at once past it), and its deadline: the client's
-// (grpc-timeout), else --request-timeout. A request whose deadline has passed by the time it
-// holds a slot is not run. Every error a method returns leaves through grpcError.
+// grpcUnary is admit and authorize for gRPC: the API key; then, for the methods that run a
+// model (grpcAdmitted), grpcInfer. Every error a method returns leaves through grpcError.
 func (s *Server) grpcUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := s.grpcAuthorize(ctx, info.FullMethod); err != nil {
 		return nil, s.grpcError(ctx, info.FullMethod, err)
 	}
-	if info.FullMethod != inferMethod {
-		resp, err := handler(ctx, req)
-		if err != nil {
-			return nil, s.grpcError(ctx, info.FullMethod, err)
-		}
-		return resp, nil
+	if grpcAdmitted[info.FullMethod] {
+		return s.grpcInfer(ctx, info.FullMethod, req, handler)
 	}
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return nil, s.grpcError(ctx, info.FullMethod, err)
+	}
+	return resp, nil
+}
+
+// grpcInfer serves one inference request, a unary call or one message of a stream, as
+// admit does an HTTP one: its metrics and span (under method), the in-flight cap
+// (RESOURCE_EXHAUSTED at once past it), and its deadline: the client's (grpc-timeout),
+// else --request-timeout. A request whose deadline has passed by the time it holds a slot
+// is not run. Its error is a gRPC status.
+func (s *Server) grpcInfer(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	ri := &reqInfo{}
 	code := http.StatusOK
-	defer func() { s.metrics.observe(info.FullMethod, ri.model, ri.version, code, ri.stats, time.Since(start)) }()
+	defer func() { s.metrics.observe(method, ri.model, ri.version, code, ri.stats, time.Since(start)) }()
 	if t := s.cfg.Tracing; t != nil {
 		var span trace.Span
-		ctx, span = t.startGRPC(ctx, info.FullMethod)
+		ctx, span = t.startGRPC(ctx, method)
 		defer func() { endGRPC(span, code, ri) }()
 	}
 	resp, err := s.grpcAdmit(ctx, ri, req, handler)
 	if err != nil {
-		p := s.grpcProblem(ctx, info.FullMethod, err)
+		p := s.grpcProblem(ctx, method, err)
 		code = p.code
 		return nil, grpcStatus(p)
 	}
@@ -140,18 +162,23 @@ func (s *Server) grpcAdmit(ctx context.Context, ri *reqInfo, req any, handler gr
 	return handler(ctx, req)
 }
 
-// grpcStream guards the streaming methods (grpc.health.v1's Watch) with the API key, and
-// ends them when streams ends.
+// grpcStream guards the streaming methods (grpc.health.v1's Watch, tei.v1's streams) with
+// the API key, and ends them when streams ends.
 //
 //nolint:contextcheck // a stream's context is its ServerStream's: gRPC passes no other
 func (s *Server) grpcStream(streams context.Context) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := s.grpcAuthorize(ss.Context(), info.FullMethod); err != nil {
+			return s.grpcError(ss.Context(), info.FullMethod, err)
+		}
+		if strings.HasPrefix(info.FullMethod, "/"+teiPackage+".") {
+			// A TEI stream carries requests: shutdown ends it between two of them
+			// (teiStream), never during one.
+			return handler(srv, endingStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), drainKey{}, streams.Done())})
+		}
 		ctx, cancel := context.WithCancel(ss.Context())
 		defer cancel()
 		defer context.AfterFunc(streams, cancel)()
-		if err := s.grpcAuthorize(ctx, info.FullMethod); err != nil {
-			return s.grpcError(ctx, info.FullMethod, err)
-		}
 		return handler(srv, endingStream{ServerStream: ss, ctx: ctx})
 	}
 }

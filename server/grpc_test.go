@@ -32,6 +32,13 @@ import (
 // grpcConn serves s's gRPC face in process, over an in-memory connection.
 func grpcConn(t testing.TB, s *Server) *grpc.ClientConn {
 	t.Helper()
+	_, conn := grpcServe(t, s)
+	return conn
+}
+
+// grpcServe is grpcConn, with the gRPC server, for a test that stops it.
+func grpcServe(t testing.TB, s *Server) (*GRPCServer, *grpc.ClientConn) {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	gs := s.GRPC()
 	go gs.Serve(lis)
@@ -43,7 +50,7 @@ func grpcConn(t testing.TB, s *Server) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn
+	return gs, conn
 }
 
 // testGRPCServer is newTestServer's server, with its gRPC face.
@@ -291,7 +298,7 @@ func TestGRPCInFlightCap(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("the admitted request: %v", err)
 	}
-	for _, labels := range [][]string{{"", "", inferMethod, "429"}, {"emb", "v1", inferMethod, "200"}} {
+	for _, labels := range [][]string{{"", "", pb.GRPCInferenceService_ModelInfer_FullMethodName, "429"}, {"emb", "v1", pb.GRPCInferenceService_ModelInfer_FullMethodName, "200"}} {
 		if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues(labels...)); got != 1 {
 			t.Errorf("requests_total%v = %v, want 1", labels, got)
 		}
@@ -307,14 +314,14 @@ func TestGRPCDeadline(t *testing.T) {
 	ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Millisecond))
 	defer cancel()
 	ran := false
-	_, err := s.grpcUnary(ctx, textsRequest("emb", "a"), &grpc.UnaryServerInfo{FullMethod: inferMethod}, func(context.Context, any) (any, error) {
+	_, err := s.grpcUnary(ctx, textsRequest("emb", "a"), &grpc.UnaryServerInfo{FullMethod: pb.GRPCInferenceService_ModelInfer_FullMethodName}, func(context.Context, any) (any, error) {
 		ran = true
 		return nil, nil
 	})
 	if status.Code(err) != codes.DeadlineExceeded || ran {
 		t.Errorf("expired on arrival: %v, ran %v", err, ran)
 	}
-	if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues("", "", inferMethod, "504")); got != 1 {
+	if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues("", "", pb.GRPCInferenceService_ModelInfer_FullMethodName, "504")); got != 1 {
 		t.Errorf("requests_total{code=504} = %v", got)
 	}
 
@@ -332,16 +339,7 @@ func TestGRPCGracefulStop(t *testing.T) {
 	m := &blockingModel{fakeModel: fakeModel{task: models.TaskEmbed}, started: make(chan struct{}, 2), release: make(chan struct{})}
 	s := New(grpcTestConfig(), embRepo{m}, slog.New(slog.DiscardHandler), nil)
 	s.SetReady(true)
-	lis := bufconn.Listen(1 << 20)
-	gs := s.GRPC()
-	go gs.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///ortserve",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	gs, conn := grpcServe(t, s)
 	c := pb.NewGRPCInferenceServiceClient(conn)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,63 +98,79 @@ func (s *Server) answerRerank(w http.ResponseWriter, r *http.Request, req *Reran
 	if !ok {
 		return
 	}
-	p, name, release, err := s.repo.Acquire(req.Model, models.TaskRerank)
+	ranks, name, st, err := onModel(r.Context(), s, req.Model, models.TaskRerank,
+		rankOn(req.Version, query, texts, req.Texts, req.ReturnText, models.RerankOptions{Truncate: truncate, Left: left, Raw: req.RawScores}))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	defer release()
-	scores, st, err := p.Rerank(r.Context(), req.Version, query, texts, models.RerankOptions{Truncate: truncate, Left: left, Raw: req.RawScores})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if !s.finiteScores(w, r, scores) {
-		return
-	}
-	ranks := make([]Rank, len(scores))
-	for i, sc := range scores {
-		ranks[i] = Rank{Index: i, Score: sc}
-		if req.ReturnText {
-			ranks[i].Text = &req.Texts[i] // as sent, not as cut to max_input_chars
-		}
-	}
-	slices.SortStableFunc(ranks, func(a, b Rank) int { return cmpDesc(a.Score, b.Score) })
-	note(r, name, st)
 	setTiming(w, name, st, start)
 	writeJSON(w, http.StatusOK, ranks)
 }
 
-// finiteScores answers 500 if a score is NaN or infinite, which neither sorts nor goes into
-// JSON, as a broken model version might give; TEI refuses NaN scores likewise.
-func (s *Server) finiteScores(w http.ResponseWriter, r *http.Request, scores []float32) bool {
-	for i, sc := range scores {
-		if f := float64(sc); math.IsNaN(f) || math.IsInf(f, 0) {
-			s.log.ErrorContext(r.Context(), "request failed: a score is not finite", "path", r.URL.Path, "text", i, "score", f)
-			writeError(w, r, http.StatusInternalServerError, "Backend", fmt.Sprintf("inference failed: the score of text %d is %v", i, sc))
-			return false
+// rankOn is /rerank's work on a cross-encoder: texts (as cut to the limits) scored against
+// query, highest first; with returnText, each beside its text as sent. A score that is not
+// finite fails it (finiteError).
+func rankOn(version, query string, texts, sent []string, returnText bool, o models.RerankOptions) func(context.Context, Pipeline) ([]Rank, models.Stats, error) {
+	return func(ctx context.Context, p Pipeline) ([]Rank, models.Stats, error) {
+		scores, st, err := p.Rerank(ctx, version, query, texts, o)
+		if err != nil {
+			return nil, st, err
 		}
+		if err := finiteError(scores); err != nil {
+			return nil, st, err
+		}
+		ranks := make([]Rank, len(scores))
+		for i, sc := range scores {
+			ranks[i] = Rank{Index: i, Score: sc}
+			if returnText {
+				ranks[i].Text = &sent[i] // as sent, not as cut to max_input_chars
+			}
+		}
+		slices.SortStableFunc(ranks, func(a, b Rank) int { return cmpDesc(a.Score, b.Score) })
+		return ranks, st, nil
 	}
-	return true
 }
 
-// checkRerank holds a rerank request to the limits: the texts counted (field names them),
-// the query and each text at most MaxInputChars characters, cut when truncate. It returns the
-// query and texts to score, as cut; texts itself is left as sent, for return_text. On a
-// violation it has answered.
+// finiteScores answers 500 if a score is NaN or infinite (finiteError).
+func (s *Server) finiteScores(w http.ResponseWriter, r *http.Request, scores []float32) bool {
+	return s.answered(w, r, finiteError(scores))
+}
+
+// finiteError is a 500 if a score is NaN or infinite, which neither sorts nor goes into
+// JSON, as a broken model version might give; TEI refuses NaN scores likewise.
+func finiteError(scores []float32) error {
+	for i, sc := range scores {
+		if f := float64(sc); math.IsNaN(f) || math.IsInf(f, 0) {
+			return &requestError{code: http.StatusInternalServerError, kind: "Backend", msg: fmt.Sprintf("inference failed: the score of text %d is %v", i, sc)}
+		}
+	}
+	return nil
+}
+
+// checkRerank holds a rerank request to the limits (rerankInputs). On a violation it has
+// answered.
 func (s *Server) checkRerank(w http.ResponseWriter, r *http.Request, query string, texts []string, field string, truncate bool) (string, []string, bool) {
-	if !s.checkCount(w, r, len(texts), field) {
-		return "", nil, false
+	q, cut, err := s.rerankInputs(query, texts, field, truncate)
+	return q, cut, s.answered(w, r, err)
+}
+
+// rerankInputs holds a rerank request to the limits: the texts counted (field names them),
+// the query and each text at most MaxInputChars characters, cut when truncate. It returns the
+// query and texts to score, as cut; texts itself is left as sent, for return_text.
+func (s *Server) rerankInputs(query string, texts []string, field string, truncate bool) (string, []string, error) {
+	if err := s.countError(len(texts), field); err != nil {
+		return "", nil, err
 	}
 	q := []string{query}
-	if !s.checkChars(w, r, q, truncate, func(int) string { return "query" }) {
-		return "", nil, false
+	if err := s.charsError(q, truncate, func(int) string { return "query" }); err != nil {
+		return "", nil, err
 	}
 	cut := slices.Clone(texts)
-	if !s.checkChars(w, r, cut, truncate, func(i int) string { return field + "[" + strconv.Itoa(i) + "]" }) {
-		return "", nil, false
+	if err := s.charsError(cut, truncate, func(i int) string { return field + "[" + strconv.Itoa(i) + "]" }); err != nil {
+		return "", nil, err
 	}
-	return q[0], cut, true
+	return q[0], cut, nil
 }
 
 // OpenAIRerankRequest is the body of Cohere's and Jina's POST /v1/rerank.

@@ -297,34 +297,38 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, name, release, err := s.repo.Acquire(req.Model, models.TaskClassify)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer release()
-	scores, st, err := p.ClassifyPairs(r.Context(), req.Version, inputs, models.ClassifyOptions{Truncate: truncate, Left: left, Raw: req.RawScores})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	out := rankPredictions(scores, st.Labels)
-	note(r, name, st)
-	setTiming(w, name, st, start)
+	enc := appendPredictionRows
 	if req.Inputs.Single {
-		writeEncoded(w, r, http.StatusOK, out[0], appendPredictions)
-		return
+		enc = func(b []byte, rows [][]Prediction) ([]byte, error) { return appendPredictions(b, rows[0]) }
 	}
-	writeEncoded(w, r, http.StatusOK, out, appendPredictionRows)
+	runModel(s, w, r, req.Model, models.TaskClassify, start, predictOn(req.Version, inputs, models.ClassifyOptions{Truncate: truncate, Left: left, Raw: req.RawScores}), enc)
 }
 
-// predictInputs holds /predict's inputs, single texts and pairs (TEI's [["premise",
+// predictOn is /predict's work on a classifier: each input's scores, ranked (rankPredictions).
+func predictOn(version string, inputs []models.Input, o models.ClassifyOptions) func(context.Context, Pipeline) ([][]Prediction, models.Stats, error) {
+	return func(ctx context.Context, p Pipeline) ([][]Prediction, models.Stats, error) {
+		scores, st, err := p.ClassifyPairs(ctx, version, inputs, o)
+		if err != nil {
+			return nil, st, err
+		}
+		return rankPredictions(scores, st.Labels), st, nil
+	}
+}
+
+// predictInputs holds /predict's inputs to the limits (predictInputsOf). On a violation it
+// has answered.
+func (s *Server) predictInputs(w http.ResponseWriter, r *http.Request, in PredictInputs, truncate bool) ([]models.Input, bool) {
+	out, err := s.predictInputsOf(in, truncate)
+	return out, s.answered(w, r, err)
+}
+
+// predictInputsOf holds /predict's inputs, single texts and pairs (TEI's [["premise",
 // "hypothesis"]], which a classifier reads through its tokenizer's pair template), to the
 // limits, as checkInputs does: the count is of inputs, a pair being one; the characters are
-// of each text. On a violation it has answered.
-func (s *Server) predictInputs(w http.ResponseWriter, r *http.Request, in PredictInputs, truncate bool) ([]models.Input, bool) {
-	if !s.checkCount(w, r, len(in.Seqs), "inputs") {
-		return nil, false
+// of each text.
+func (s *Server) predictInputsOf(in PredictInputs, truncate bool) ([]models.Input, error) {
+	if err := s.countError(len(in.Seqs), "inputs"); err != nil {
+		return nil, err
 	}
 	out := make([]models.Input, len(in.Seqs))
 	for i, seq := range in.Seqs {
@@ -332,15 +336,15 @@ func (s *Server) predictInputs(w http.ResponseWriter, r *http.Request, in Predic
 		if len(seq) == 2 {
 			name = func(j int) string { return fmt.Sprintf("input %d's %s text", i, [2]string{"first", "second"}[j]) }
 		}
-		if !s.checkChars(w, r, seq, truncate, name) {
-			return nil, false
+		if err := s.charsError(seq, truncate, name); err != nil {
+			return nil, err
 		}
 		out[i].Text = seq[0]
 		if len(seq) == 2 {
 			out[i].Second, out[i].Pair = seq[1], true
 		}
 	}
-	return out, true
+	return out, nil
 }
 
 // rankPredictions pairs each row of scores with labels, sorted by score, highest first (ties
@@ -485,13 +489,8 @@ func (s *Server) answered(w http.ResponseWriter, r *http.Request, err error) boo
 	return true
 }
 
-// checkChars is checkInputs' characters: each text at most MaxInputChars, cut in place when
-// truncate, else refused; name(i) names texts[i] in the message.
-func (s *Server) checkChars(w http.ResponseWriter, r *http.Request, texts []string, truncate bool, name func(int) string) bool {
-	return s.answered(w, r, s.charsError(texts, truncate, name))
-}
-
-// charsError is checkChars' check, as an error.
+// charsError is checkInputs' characters: each text at most MaxInputChars, cut in place
+// when truncate, else refused; name(i) names texts[i] in the message.
 func (s *Server) charsError(texts []string, truncate bool, name func(int) string) error {
 	limit := s.cfg.MaxInputChars
 	if limit <= 0 {

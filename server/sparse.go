@@ -6,6 +6,7 @@ package server
 //   vector, by ascending index.
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -39,24 +40,26 @@ func (s *Server) embedSparse(w http.ResponseWriter, r *http.Request) {
 	if !ok || !s.checkInputs(w, r, req.Inputs, opts.Truncate) {
 		return
 	}
-	p, name, release, err := s.repo.Acquire(req.Model, models.TaskSparse)
-	if err != nil {
-		if req.Model == "" && errors.Is(err, models.ErrUnknownModel) {
-			writeError(w, r, http.StatusFailedDependency, "Backend", notSparse+": no model served here pools with SPLADE (a sentence-transformers SparseEncoder: *ForMaskedLM + SpladePooling); use /embed")
-			return
-		}
-		s.fail(w, r, err)
-		return
-	}
-	defer release()
-	vecs, st, err := p.EmbedSparse(r.Context(), req.Version, req.Inputs, opts)
+	vecs, name, st, err := s.sparseOn(r.Context(), req.Model, req.Version, req.Inputs, opts)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	note(r, name, st)
 	setTiming(w, name, st, start)
 	writeEncoded(w, r, http.StatusOK, vecs, appendSparseEmbeddings)
+}
+
+// sparseOn is /embed_sparse's work: texts' sparse embeddings on the model named, or on the
+// first SPLADE model, whose absence is TEI's backend error (424), as TEI answers a server
+// whose one model is not a SPLADE one.
+func (s *Server) sparseOn(ctx context.Context, model, version string, texts []string, o models.EmbedOptions) ([][]models.SparseValue, string, models.Stats, error) {
+	vecs, name, st, err := onModel(ctx, s, model, models.TaskSparse, func(ctx context.Context, p Pipeline) ([][]models.SparseValue, models.Stats, error) {
+		return p.EmbedSparse(ctx, version, texts, o)
+	})
+	if err != nil && model == "" && errors.Is(err, models.ErrUnknownModel) {
+		err = &requestError{code: http.StatusFailedDependency, kind: "Backend", msg: notSparse + ": no model served here pools with SPLADE (a sentence-transformers SparseEncoder: *ForMaskedLM + SpladePooling); use /embed"}
+	}
+	return vecs, name, st, err
 }
 
 // appendSparseEmbeddings appends /embed_sparse's body: one array of {index, value} per text.

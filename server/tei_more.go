@@ -187,20 +187,20 @@ func (s *Server) decodeIDs(w http.ResponseWriter, r *http.Request) {
 	if !s.checkCount(w, r, len(req.IDs.Seqs), "ids") {
 		return
 	}
-	name := cmp.Or(req.Model, s.firstModel(models.TaskEmbed))
-	p, name, release, err := s.repo.Acquire(name, models.TaskEmbed)
-	if err != nil {
-		s.fail(w, r, err)
+	texts, _, _, err := onModel(r.Context(), s, cmp.Or(req.Model, s.firstModel(models.TaskEmbed)), models.TaskEmbed, decodeOn(req.IDs.Seqs, req.SkipSpecialTokens == nil || *req.SkipSpecialTokens))
+	if !s.answered(w, r, err) {
 		return
 	}
-	defer release()
-	texts, err := p.Decode(req.IDs.Seqs, req.SkipSpecialTokens == nil || *req.SkipSpecialTokens)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	note(r, name, models.Stats{})
 	writeJSON(w, http.StatusOK, texts)
+}
+
+// decodeOn is /decode's work on a model: its tokenizer's texts of ids. It computes nothing
+// on the model: its Stats are empty.
+func decodeOn(ids [][]int64, skipSpecial bool) func(context.Context, Pipeline) ([]string, models.Stats, error) {
+	return func(_ context.Context, p Pipeline) ([]string, models.Stats, error) {
+		texts, err := p.Decode(ids, skipSpecial)
+		return texts, models.Stats{}, err
+	}
 }
 
 // ping is SageMaker's health check: /health's answer.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -38,35 +39,40 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	if !s.checkInputs(w, r, req.Inputs, s.cfg.AutoTruncate) {
 		return
 	}
-	p, _, release, err := s.repo.Acquire(req.Model, models.TaskEmbed)
-	if err != nil {
-		s.fail(w, r, err)
+	out, _, _, err := onModel(r.Context(), s, req.Model, models.TaskEmbed, s.tokensOn(req.Inputs, req.AddSpecialTokens == nil || *req.AddSpecialTokens, req.PromptName))
+	if !s.answered(w, r, err) {
 		return
-	}
-	defer release()
-	texts, err := p.WithPrompt(req.Inputs, models.EmbedOptions{Prompt: req.PromptName, FallbackPrompt: s.cfg.DefaultPromptName})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	toks, err := p.Tokenize(texts, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	out := make([][]SimpleToken, len(toks))
-	for i, ts := range toks {
-		text := texts[i]
-		out[i] = make([]SimpleToken, len(ts))
-		for j, t := range ts {
-			st := SimpleToken{ID: t.ID, Text: t.Text, Special: t.Special}
-			if !t.Special && 0 <= t.Start && t.Start <= t.Stop && t.Stop <= len(text) {
-				start, stop := t.Start, t.Stop
-				st.Text = strings.ToValidUTF8(text[start:stop], "\uFFFD")
-				st.Start, st.Stop = &start, &stop
-			}
-			out[i][j] = st
-		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// tokensOn is /tokenize's work on an embedding model: each text's tokens, the prompt named
+// (or the model's default, else the server's) before it, as /embed tokenizes them. It
+// computes nothing on the model: its Stats are empty.
+func (s *Server) tokensOn(inputs []string, addSpecial bool, prompt string) func(context.Context, Pipeline) ([][]SimpleToken, models.Stats, error) {
+	return func(_ context.Context, p Pipeline) ([][]SimpleToken, models.Stats, error) {
+		texts, err := p.WithPrompt(inputs, models.EmbedOptions{Prompt: prompt, FallbackPrompt: s.cfg.DefaultPromptName})
+		if err != nil {
+			return nil, models.Stats{}, err
+		}
+		toks, err := p.Tokenize(texts, addSpecial)
+		if err != nil {
+			return nil, models.Stats{}, err
+		}
+		out := make([][]SimpleToken, len(toks))
+		for i, ts := range toks {
+			text := texts[i]
+			out[i] = make([]SimpleToken, len(ts))
+			for j, t := range ts {
+				st := SimpleToken{ID: t.ID, Text: t.Text, Special: t.Special}
+				if !t.Special && 0 <= t.Start && t.Start <= t.Stop && t.Stop <= len(text) {
+					start, stop := t.Start, t.Stop
+					st.Text = strings.ToValidUTF8(text[start:stop], "\uFFFD")
+					st.Start, st.Stop = &start, &stop
+				}
+				out[i][j] = st
+			}
+		}
+		return out, models.Stats{}, nil
+	}
 }
