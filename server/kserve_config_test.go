@@ -34,15 +34,7 @@ func TestTritonConfigRoutes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
 			resp, body := do(t, tt.method, ts.URL+tt.path, "", "")
-			code := resp.StatusCode
-			if code != tt.code || tt.code == 200 && strings.TrimSpace(body) != tt.want || !strings.Contains(body, tt.want) {
-				t.Fatalf("got %d %s, want %d with %s", code, body, tt.code, tt.want)
-			}
-			if code != 200 {
-				if shapeOf(body) != "kserve" {
-					t.Errorf("error body %s is not KServe's {\"error\": ...}", body)
-				}
-			}
+			checkTritonAnswer(t, resp.StatusCode, body, tt.code, tt.want)
 		})
 	}
 }
@@ -136,15 +128,7 @@ func TestRepositoryIndex(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := do(t, tt.method, ts.URL+"/v2/repository/index", tt.contentType, tt.body)
-			code := resp.StatusCode
-			if code != tt.code || tt.code == 200 && strings.TrimSpace(body) != tt.want || !strings.Contains(body, tt.want) {
-				t.Fatalf("got %d %s, want %d with %s", code, body, tt.code, tt.want)
-			}
-			if code != 200 {
-				if shapeOf(body) != "kserve" {
-					t.Errorf("error body %s is not KServe's {\"error\": ...}", body)
-				}
-			}
+			checkTritonAnswer(t, resp.StatusCode, body, tt.code, tt.want)
 		})
 	}
 }
@@ -155,5 +139,17 @@ func TestRepositoryIndexEmpty(t *testing.T) {
 	ts, _ := newCompatServer(t, fakeRepo{"rr": {task: models.TaskRerank}})
 	if resp, body := do(t, "POST", ts.URL+"/v2/repository/index", "", ""); resp.StatusCode != 200 || strings.TrimSpace(body) != "[]" {
 		t.Fatalf("got %d %s, want 200 []", resp.StatusCode, body)
+	}
+}
+
+// checkTritonAnswer holds an answer to its status and body: a 200's body exactly want, an
+// error's containing want, in KServe's {"error": ...} shape.
+func checkTritonAnswer(t *testing.T, code int, body string, wantCode int, want string) {
+	t.Helper()
+	if code != wantCode || wantCode == 200 && strings.TrimSpace(body) != want || !strings.Contains(body, want) {
+		t.Fatalf("got %d %s, want %d with %s", code, body, wantCode, want)
+	}
+	if code != 200 && shapeOf(body) != "kserve" {
+		t.Errorf("error body %s is not KServe's {\"error\": ...}", body)
 	}
 }
