@@ -153,3 +153,76 @@ func optional(p *uint32) []uint32 {
 	}
 	return []uint32{*p}
 }
+
+// TestTEIGRPCPythonClient drives tei.v1 with a Python client generated from the proto
+// (scripts/clients/tei_grpc.py, grpcio in the clients venv): Embed, EmbedStream, Predict,
+// Rerank and Tokenize answer as /embed, /predict, /rerank and /tokenize do.
+func TestTEIGRPCPythonClient(t *testing.T) {
+	root := rerankerAndSentiment(t)
+	if err := writeVersionRepo(root, "minilm", "fp32"); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	url := startServer(t, "--models", root, "--grpc-addr", addr)
+	texts := []string{"The quick brown fox.", "I loved this film!", "Paris is the capital of France.", "What is the capital of France?"}
+	var got struct {
+		Embed   []float32   `json:"embed"`
+		Stream  [][]float32 `json:"stream"`
+		Predict []prediction
+		Rerank  []struct {
+			Index int     `json:"index"`
+			Score float64 `json:"score"`
+			Text  string  `json:"text"`
+		} `json:"rerank"`
+		Tokens []struct {
+			ID      int64  `json:"id"`
+			Text    string `json:"text"`
+			Special bool   `json:"special"`
+		} `json:"tokens"`
+	}
+	runClient(t, "tei_grpc.py", texts, &got, addr)
+
+	var emb [][]float32
+	postJSON(t, url+"/embed", map[string]any{"inputs": texts}, &emb)
+	if len(got.Stream) != len(texts) || cosine(got.Embed, emb[0]) < 0.9999 {
+		t.Fatalf("Embed: cosine %.7f with /embed; EmbedStream: %d answers for %d texts", cosine(got.Embed, emb[0]), len(got.Stream), len(texts))
+	}
+	for i, v := range got.Stream {
+		if c := cosine(v, emb[i]); c < 0.9999 {
+			t.Errorf("EmbedStream message %d: cosine %.7f with /embed", i, c)
+		}
+	}
+	preds := predictRows(t, url, texts[1:2], false)[0]
+	if len(got.Predict) != len(preds) {
+		t.Fatalf("Predict: %+v, /predict %+v", got.Predict, preds)
+	}
+	for i, p := range got.Predict {
+		if p.Label != preds[i].Label || math.Abs(float64(p.Score-preds[i].Score)) > 1e-5 {
+			t.Errorf("Predict %d: %+v, /predict %+v", i, p, preds[i])
+		}
+	}
+	var ranks []rank
+	postJSON(t, url+"/rerank", map[string]any{"query": texts[3], "texts": texts}, &ranks)
+	if len(got.Rerank) != len(ranks) {
+		t.Fatalf("Rerank: %+v, /rerank %+v", got.Rerank, ranks)
+	}
+	for i, r := range got.Rerank {
+		if r.Index != ranks[i].Index || r.Text != texts[r.Index] || math.Abs(r.Score-ranks[i].Score) > 1e-5 {
+			t.Errorf("Rerank %d: %+v, /rerank %+v", i, r, ranks[i])
+		}
+	}
+	var toks [][]struct {
+		ID      int64  `json:"id"`
+		Text    string `json:"text"`
+		Special bool   `json:"special"`
+	}
+	postJSON(t, url+"/tokenize", map[string]any{"inputs": texts[0]}, &toks)
+	if len(toks) != 1 || len(got.Tokens) != len(toks[0]) {
+		t.Fatalf("Tokenize: %+v, /tokenize %+v", got.Tokens, toks)
+	}
+	for i, tok := range got.Tokens {
+		if tok != toks[0][i] {
+			t.Errorf("Tokenize %d: %+v, /tokenize %+v", i, tok, toks[0][i])
+		}
+	}
+}
