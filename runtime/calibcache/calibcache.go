@@ -166,12 +166,12 @@ type hashed struct {
 
 // FileHash is the XXH64 of the file at path, hex. It tells contents apart, as a cache key
 // needs; a cryptographic hash would guard against forged files too, which a cache that anyone
-// who can write it could fill with any calibration does not need, and SHA-256 costs 0.08 s a
-// 90 MB model on one core, three times XXH64 (most of whose time is reading the file), at
-// every first start of every version. Hashing still takes a while, so the hash is remembered in the store, keyed by the file's
-// path, size and modification time, and read back while those stay the same; any change
-// hashes the file anew. It fails only if the file cannot be read; not remembering is not a
-// failure.
+// who can write it could fill with any calibration does not need, and SHA-256 takes several
+// times as long (BenchmarkFileHash) at every first start of every version. Hashing a model's
+// hundreds of megabytes still takes a while, so the hash is remembered in the store, keyed by
+// the file's path, size and modification time, and read back while those stay the same; any
+// change hashes the file anew. It fails only if the file cannot be read; not remembering is
+// not a failure.
 func (s *Store) FileHash(path string) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
