@@ -40,14 +40,7 @@ type fakeModel struct {
 // Embed has one prompt, "query", which adds nothing to the text; any other is refused, as
 // are dimensions over 3. Dimensions cut the vector before it is normalized.
 func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][]float32, models.Stats, error) {
-	f.seen, f.seenOpts, f.seenLeft = texts, o, o.Left
-	if f.err != nil {
-		return nil, models.Stats{}, f.err
-	}
-	if f.task != models.TaskEmbed {
-		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
-	}
-	if err := fakePrompt(o); err != nil {
+	if err := f.embedCall(texts, o, models.TaskEmbed); err != nil {
 		return nil, models.Stats{}, err
 	}
 	if o.Dimensions > 3 {
@@ -69,14 +62,7 @@ func (f *fakeModel) Embed(_ context.Context, version string, texts []string, o m
 // EmbedSparse's entries for a text are {len(text): 1.5} and, for a text longer than two
 // bytes, {2: 0.25}, by index; an empty text has none.
 func (f *fakeModel) EmbedSparse(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][]models.SparseValue, models.Stats, error) {
-	f.seen, f.seenOpts, f.seenLeft = texts, o, o.Left
-	if f.err != nil {
-		return nil, models.Stats{}, f.err
-	}
-	if f.task != models.TaskSparse {
-		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task, Asked: models.TaskSparse}
-	}
-	if err := fakePrompt(o); err != nil {
+	if err := f.embedCall(texts, o, models.TaskSparse); err != nil {
 		return nil, models.Stats{}, err
 	}
 	out := make([][]models.SparseValue, len(texts))
@@ -155,14 +141,7 @@ func (f *fakeModel) Rerank(_ context.Context, version, query string, texts []str
 
 // EmbedAll gives each text a token per byte, token j of byte c being [c, j].
 func (f *fakeModel) EmbedAll(_ context.Context, version string, texts []string, o models.EmbedOptions) ([][][]float32, models.Stats, error) {
-	f.seen, f.seenLeft = texts, o.Left
-	if f.err != nil {
-		return nil, models.Stats{}, f.err
-	}
-	if f.task != models.TaskEmbed {
-		return nil, models.Stats{}, &models.WrongTaskError{Model: "fake", Task: f.task}
-	}
-	if err := fakePrompt(o); err != nil {
+	if err := f.embedCall(texts, o, models.TaskEmbed); err != nil {
 		return nil, models.Stats{}, err
 	}
 	out := make([][][]float32, len(texts))
@@ -653,4 +632,18 @@ func fakePrompt(o models.EmbedOptions) error {
 		return &models.OptionError{Field: "prompt_name", Msg: "prompt_name " + o.Prompt + " is not one of the fake's prompts: query"}
 	}
 	return nil
+}
+
+// embedCall records an embedding call of texts with o, as Embed, EmbedAll and EmbedSparse
+// take one, and refuses it as a model of f.task refuses a call for task: f.err, the wrong
+// task, a prompt other than the fake's.
+func (f *fakeModel) embedCall(texts []string, o models.EmbedOptions, task models.Task) error {
+	f.seen, f.seenOpts, f.seenLeft = texts, o, o.Left
+	if f.err != nil {
+		return f.err
+	}
+	if f.task != task {
+		return &models.WrongTaskError{Model: "fake", Task: f.task, Asked: task}
+	}
+	return fakePrompt(o)
 }
